@@ -1,0 +1,8 @@
+"""dynaresize: a digital twin and a live executor for runtime GPU resizing in RL post-training.
+
+The subpackages live in top-level folders of the repository: `dynaresize.twin` (twin/),
+`dynaresize.policies` (policies/), `dynaresize.traces` (traces/), `dynaresize.executor`
+(executor/). This package holds the command line and the composed run configuration.
+"""
+
+__version__ = "0.1.0"

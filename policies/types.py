@@ -1,0 +1,185 @@
+"""The contract between whoever runs a pipeline (the twin or the live executor) and a policy.
+
+A policy sees only a `StepObservation` and answers with a `Decision`. Everything a policy could
+want to predict (the step time on another split, the cost of getting there) is filled in by the
+caller, so policies stay pure functions of what they observed plus their own small state. That is
+what lets the very same object decide in the simulator and on real GPUs.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Allocation(BaseModel):
+    """How many GPUs each role holds. Written `train:rollout`, e.g. `6:2`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    train_gpus: int = Field(ge=1, description="GPUs that run the Training role.")
+    rollout_gpus: int = Field(ge=1, description="GPUs that run the Rollout role.")
+
+    @property
+    def total_gpus(self) -> int:
+        return self.train_gpus + self.rollout_gpus
+
+    @property
+    def label(self) -> str:
+        return f"{self.train_gpus}:{self.rollout_gpus}"
+
+    @classmethod
+    def parse(cls, text: str) -> Allocation:
+        """Parse `"6:2"` (train:rollout). Raises ValueError naming the text on bad input."""
+        parts = str(text).strip().split(":")
+        if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"allocation {text!r} is not of the form TRAIN:ROLLOUT, e.g. 6:2")
+        return cls(train_gpus=int(parts[0]), rollout_gpus=int(parts[1]))
+
+    def __str__(self) -> str:
+        return self.label
+
+
+class StageTimes(BaseModel):
+    """Measured (or simulated) stage durations of one completed step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int = Field(ge=0, description="Index of the step these times belong to.")
+    allocation: Allocation = Field(description="Allocation the step ran on.")
+    rollout_s: float = Field(ge=0, description="Time the rollout stage of the step took.")
+    train_s: float = Field(ge=0, description="Time the training stage of the step took.")
+    sync_s: float = Field(ge=0, description="Time the trainer-to-rollout weight sync took.")
+    step_s: float = Field(ge=0, description="Wall (or simulated) time of the whole step.")
+
+
+class CostSource(str, Enum):
+    """Where a predicted resize cost came from, so that a decision record can say so."""
+
+    MODEL = "model"
+    """The twin's cost model with its default or preset parameters."""
+    CALIBRATED = "calibrated"
+    """The twin's cost model with parameters fitted to measurements (`--costs`)."""
+    MEASURED = "measured"
+    """A rolling window over resizes this run has measured itself."""
+
+
+class CandidatePrediction(BaseModel):
+    """The caller's prediction for moving to (or staying on) one candidate allocation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    allocation: Allocation = Field(description="The candidate allocation.")
+    predicted_step_s: float = Field(
+        ge=0, description="Predicted steady-state step time on this allocation."
+    )
+    predicted_resize_critical_s: float = Field(
+        ge=0,
+        description="Predicted time the pipeline stalls to move from the current allocation "
+        "to this one (0 for the current allocation).",
+    )
+    predicted_resize_background_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Predicted slowdown of the first step after the move caused by work "
+        "overlapped with it (0 for the current allocation).",
+    )
+    cost_source: CostSource = Field(
+        default=CostSource.MODEL, description="Where the predicted resize cost came from."
+    )
+
+    @property
+    def predicted_resize_total_s(self) -> float:
+        return self.predicted_resize_critical_s + self.predicted_resize_background_s
+
+
+class StepObservation(BaseModel):
+    """What a policy sees at a step boundary, after step `step` has completed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int = Field(ge=0, description="Index of the step that just completed.")
+    now_s: float = Field(ge=0, description="Clock at the boundary (SimPy time or wall time).")
+    allocation: Allocation = Field(description="The allocation the pipeline runs on now.")
+    recent: tuple[StageTimes, ...] = Field(
+        description="Stage times of recent steps, oldest first, the just-completed step last."
+    )
+    candidates: tuple[CandidatePrediction, ...] = Field(
+        description="One prediction per candidate allocation, the current one included."
+    )
+    steps_since_resize: int | None = Field(
+        default=None,
+        ge=0,
+        description="Completed steps since the last resize took effect; None if none yet.",
+    )
+    remaining_steps: int | None = Field(
+        default=None, ge=0, description="Steps left in the run, when the caller knows it."
+    )
+
+    @model_validator(mode="after")
+    def _current_is_a_candidate(self) -> StepObservation:
+        if self.candidates and self.allocation not in {c.allocation for c in self.candidates}:
+            raise ValueError(f"current allocation {self.allocation} is not among the candidates")
+        if not self.recent:
+            raise ValueError("an observation needs at least the just-completed step in `recent`")
+        return self
+
+    @property
+    def last(self) -> StageTimes:
+        return self.recent[-1]
+
+    def candidate(self, allocation: Allocation) -> CandidatePrediction:
+        for c in self.candidates:
+            if c.allocation == allocation:
+                return c
+        raise KeyError(f"{allocation} is not a candidate")
+
+    def candidate_allocations(self) -> list[Allocation]:
+        """Candidates ordered from most training GPUs to fewest."""
+        return sorted((c.allocation for c in self.candidates), key=lambda a: -a.train_gpus)
+
+
+class DecisionKind(str, Enum):
+    HOLD = "hold"
+    RESIZE = "resize"
+
+
+class Decision(BaseModel):
+    """A policy's answer: keep the allocation, or move to `target`, with a reason for the record."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: DecisionKind = Field(description="Hold the current allocation or resize.")
+    target: Allocation | None = Field(
+        default=None, description="The allocation to move to; set exactly when resizing."
+    )
+    reason: str = Field(default="", description="Human-readable why, kept in the records.")
+
+    @model_validator(mode="after")
+    def _target_iff_resize(self) -> Decision:
+        if (self.kind is DecisionKind.RESIZE) != (self.target is not None):
+            raise ValueError("a resize decision needs a target and a hold decision has none")
+        return self
+
+    @classmethod
+    def hold(cls, reason: str = "") -> Decision:
+        return cls(kind=DecisionKind.HOLD, reason=reason)
+
+    @classmethod
+    def resize(cls, target: Allocation, reason: str = "") -> Decision:
+        return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
+
+    @property
+    def is_resize(self) -> bool:
+        return self.kind is DecisionKind.RESIZE
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A stateful decider. `reset()` returns it to the state it had when built."""
+
+    def decide(self, obs: StepObservation) -> Decision: ...
+
+    def reset(self) -> None: ...

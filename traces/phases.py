@@ -1,0 +1,42 @@
+"""The one vocabulary for roles and resize phases, shared by the twin's cost model, the live
+executor's resize strategies and the records both write. Names are a contract: extend, never rename.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Role(str, Enum):
+    TRAIN = "train"
+    ROLLOUT = "rollout"
+
+
+class PhaseName(str, Enum):
+    """A named piece of work inside a resize (see docs/architecture.md for the DAG)."""
+
+    STATE_EXPORT = "state_export"
+    """Leaving trainers hand their weights and optimizer shards out of the device."""
+    WORKER_REINIT = "worker_reinit"
+    """Workers change role: teardown and recreation (stop-and-rebuild) or in-process switch."""
+    ROLLOUT_REINIT = "rollout_reinit"
+    """The rollout side gains or loses engine replicas and rebuilds its manager."""
+    WEIGHT_RESTORE = "weight_restore"
+    """Remaining and arriving trainers load the weights of their new shards."""
+    COMM_PREWARM = "comm_prewarm"
+    """Process groups for the new topology are created and warmed with a small collective."""
+    POSTPROCESS = "postprocess"
+    """Bookkeeping after a resize: rank maps, data-loader resharding, rollout manager update."""
+    WEIGHT_SYNC = "weight_sync"
+    """Trainers push the current weights to the (new set of) rollout replicas."""
+    OPTIMIZER_RESTORE = "optimizer_restore"
+    """Optimizer state reaches its new shards; deferred past the boundary when overlapped."""
+    ROLLOUT_DRAIN = "rollout_drain"
+    """Async pipelines only: in-flight samples on leaving rollout GPUs are finished or aborted."""
+
+
+class StrategyName(str, Enum):
+    """How a resize is carried out; the same names in the twin and the executor."""
+
+    STOP_AND_REBUILD = "stop_and_rebuild"
+    OVERLAPPED = "overlapped"

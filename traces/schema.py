@@ -1,0 +1,114 @@
+"""Trace schema v1: the records the twin and the live executor both write.
+
+Three tables, each a list of flat records:
+- steps: one row per training step (stage times, idle GPU-seconds, allocation, lineage);
+- resizes: one row per resize phase (resize id, phase name, start, end, critical or background);
+- decisions: one row per policy call (what was decided, why, and which cost estimate was used).
+
+Times are seconds on the run's own clock (SimPy time in the twin, wall time since the run started
+in the executor). Every row carries `schema_version`; readers reject versions they do not know.
+docs/trace-schema.md describes every field and its unit.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .phases import PhaseName, Role, StrategyName
+
+SCHEMA_VERSION = 1
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Trace schema version.")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _finite(cls, value: object, info) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{info.field_name} must be finite, got {value}")
+        return value
+
+
+class StepRecord(_Record):
+    """One training step."""
+
+    step: int = Field(ge=0, description="Step index, 0-based, consecutive.")
+    start_s: float = Field(ge=0, description="Time the step began (s).")
+    end_s: float = Field(ge=0, description="Time the step ended (s).")
+    rollout_s: float = Field(ge=0, description="Duration of the rollout stage that fed it (s).")
+    train_s: float = Field(ge=0, description="Duration of the training stage (s).")
+    sync_s: float = Field(ge=0, description="Duration of the weight sync after training (s).")
+    step_s: float = Field(ge=0, description="end_s - start_s (s).")
+    idle_train_gpu_s: float = Field(ge=0, description="GPU-seconds training GPUs sat idle.")
+    idle_rollout_gpu_s: float = Field(ge=0, description="GPU-seconds rollout GPUs sat idle.")
+    train_gpus: int = Field(ge=0, description="GPUs in the Training role during the step.")
+    rollout_gpus: int = Field(ge=0, description="GPUs in the Rollout role during the step.")
+    device_roles: list[Role] = Field(
+        description="Role of each device, indexed by device id (the device-to-role map)."
+    )
+    resize_id: int | None = Field(
+        default=None, description="Resize that took effect just before this step, if any."
+    )
+    rollout_batch_id: int = Field(ge=0, description="Id of the rollout batch this step trained on.")
+    rollout_weights_version: int = Field(
+        ge=0, description="Weights version that generated that batch (lineage, staleness)."
+    )
+    num_samples: int = Field(ge=0, description="Samples (responses) in the batch.")
+    tokens: int = Field(ge=0, description="Prompt plus response tokens in the batch.")
+    response_len_mean: float = Field(ge=0, description="Mean response length (tokens).")
+    response_len_p50: float = Field(ge=0, description="Median response length (tokens).")
+    response_len_p99: float = Field(ge=0, description="99th percentile response length (tokens).")
+    response_len_max: float = Field(ge=0, description="Longest response (tokens).")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StepRecord:
+        if self.end_s < self.start_s:
+            raise ValueError("end_s is before start_s")
+        if len(self.device_roles) != self.train_gpus + self.rollout_gpus:
+            raise ValueError("device_roles length differs from train_gpus + rollout_gpus")
+        return self
+
+
+class ResizePhaseRecord(_Record):
+    """One phase of one resize."""
+
+    resize_id: int = Field(ge=0, description="Resize this phase belongs to.")
+    step: int = Field(ge=0, description="The last step completed before the resize began.")
+    phase: PhaseName = Field(description="Phase name from the shared vocabulary.")
+    strategy: StrategyName = Field(description="How the resize was carried out.")
+    from_allocation: str = Field(description="Allocation before, as train:rollout.")
+    to_allocation: str = Field(description="Allocation after, as train:rollout.")
+    start_s: float = Field(ge=0, description="Phase start (s).")
+    end_s: float = Field(ge=0, description="Phase end (s).")
+    critical: bool = Field(description="True if the pipeline waited for it; False if overlapped.")
+    bytes_moved: int = Field(default=0, ge=0, description="Bytes the phase moved, if it moved any.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ResizePhaseRecord:
+        if self.end_s < self.start_s:
+            raise ValueError("end_s is before start_s")
+        return self
+
+
+class DecisionRecord(_Record):
+    """One policy call at a step boundary."""
+
+    step: int = Field(ge=0, description="The step that had just completed.")
+    time_s: float = Field(ge=0, description="Clock at the call (s).")
+    policy: str = Field(description="Policy kind that decided.")
+    decision: str = Field(description="'hold' or 'resize'.")
+    from_allocation: str = Field(description="Allocation at the call, train:rollout.")
+    to_allocation: str | None = Field(default=None, description="Target when resizing.")
+    reason: str = Field(default="", description="The policy's stated reason.")
+    cost_source: str = Field(
+        default="model", description="Which resize-cost estimate the observation carried."
+    )
+    predicted_resize_critical_s: float | None = Field(
+        default=None, ge=0, description="Predicted critical path of the chosen move (s)."
+    )
+    resize_id: int | None = Field(default=None, description="Id given to the resize, if any.")
