@@ -1,0 +1,75 @@
+"""Where a policy may move: only among the candidate allocations the caller offers.
+
+Candidates are ordered by training GPUs. "Towards rollout" means fewer training GPUs, more
+rollout GPUs; the helpers never invent an allocation that is not a candidate.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .types import Allocation, StepObservation
+
+
+class Direction(str, Enum):
+    """Which role gains GPUs."""
+
+    TO_ROLLOUT = "to_rollout"
+    """Rollout is the bottleneck: move GPUs from Training to Rollout."""
+    TO_TRAIN = "to_train"
+    """Training is the bottleneck: move GPUs from Rollout to Training."""
+
+
+class MoveMode(str, Enum):
+    """How far a policy moves once it has decided to move."""
+
+    ONE_NOTCH = "one_notch"
+    """To the nearest candidate in the chosen direction."""
+    PREDICTED_BEST = "predicted_best"
+    """To the candidate in the chosen direction with the lowest predicted step time."""
+
+
+def direction_of_imbalance(imbalance: float) -> Direction | None:
+    """The direction a signed imbalance (positive: rollout-bound) points; None when balanced."""
+    if imbalance > 0.0:
+        return Direction.TO_ROLLOUT
+    if imbalance < 0.0:
+        return Direction.TO_TRAIN
+    return None
+
+
+def candidates_towards(obs: StepObservation, direction: Direction) -> list[Allocation]:
+    """Candidates strictly in `direction` from the current allocation, nearest first."""
+    current = obs.allocation.train_gpus
+    allocations = obs.candidate_allocations()  # most training GPUs first
+    if direction is Direction.TO_ROLLOUT:
+        return [a for a in allocations if a.train_gpus < current]
+    return [a for a in reversed(allocations) if a.train_gpus > current]
+
+
+def one_notch(obs: StepObservation, direction: Direction) -> Allocation | None:
+    """The nearest candidate in `direction`, or None at the edge of the candidate set."""
+    towards = candidates_towards(obs, direction)
+    return towards[0] if towards else None
+
+
+def predicted_best(obs: StepObservation, direction: Direction) -> Allocation | None:
+    """The candidate in `direction` with the lowest predicted step time, if it beats staying.
+
+    Ties go to the nearer candidate (smaller move). None when no candidate in that direction is
+    predicted faster than the current allocation.
+    """
+    stay_s = obs.candidate(obs.allocation).predicted_step_s
+    best: Allocation | None = None
+    best_s = stay_s
+    for allocation in candidates_towards(obs, direction):
+        step_s = obs.candidate(allocation).predicted_step_s
+        if step_s < best_s:
+            best, best_s = allocation, step_s
+    return best
+
+
+def choose_target(obs: StepObservation, direction: Direction, mode: MoveMode) -> Allocation | None:
+    if mode is MoveMode.ONE_NOTCH:
+        return one_notch(obs, direction)
+    return predicted_best(obs, direction)
