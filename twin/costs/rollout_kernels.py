@@ -1,0 +1,184 @@
+"""Fast integer kernels behind `rollout_stage_s_many`: per-replica counts for every step at once.
+
+For each (step, replica) chunk of samples the rollout model needs three integers: the prompt
+tokens it prefills, the decode iterations it runs (the makespan `T` of FIFO list scheduling of its
+response lengths on `C` slots) and the sum over iterations of active sequences (`sum(L)`). Being
+integers, they come out the same from any correct algorithm, so the two backends here give
+identical results:
+
+- `numba`: one compiled pass over all chunks; `T` by a binary min-heap of slot free times
+  (O(n log C) per chunk). Compiled on first use and cached on disk (`cache=True`).
+- `numpy`: the chunks as rows of a zero-padded matrix; `T` by assigning column j to each row's
+  least-loaded slot, all rows at once. Used when numba is absent or DYNARESIZE_NO_NUMBA=1.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+
+import numpy as np
+
+NO_NUMBA_ENV = "DYNARESIZE_NO_NUMBA"
+
+
+class KernelBackend(str, Enum):
+    NUMBA = "numba"
+    NUMPY = "numpy"
+
+
+@dataclass(frozen=True)
+class ReplicaCounts:
+    """Integer counts per (step, replica), flattened step-major: index = step * R + replica."""
+
+    prompt_tokens_total: np.ndarray
+    decode_iterations: np.ndarray
+    active_seq_iterations: np.ndarray
+
+
+def default_backend() -> KernelBackend:
+    """numba unless DYNARESIZE_NO_NUMBA=1 asks otherwise or numba cannot be imported."""
+    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+        return KernelBackend.NUMPY
+    return KernelBackend.NUMBA if _numba_kernel() is not None else KernelBackend.NUMPY
+
+
+def chunk_bounds(step_offsets: np.ndarray, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """Start and size of every (step, replica) chunk, step-major, by the array_split rule."""
+    if num_replicas < 1:
+        raise ValueError(f"num_replicas must be at least 1, got {num_replicas}")
+    offsets = np.asarray(step_offsets, dtype=np.int64)
+    num_samples = np.diff(offsets)
+    base, extra = np.divmod(num_samples, num_replicas)
+    replica = np.arange(num_replicas, dtype=np.int64)
+    starts = offsets[:-1, None] + replica * base[:, None] + np.minimum(replica, extra[:, None])
+    sizes = base[:, None] + (replica < extra[:, None])
+    return starts.ravel(), sizes.ravel()
+
+
+def replica_counts(
+    prompt_tokens: np.ndarray,
+    response_tokens: np.ndarray,
+    step_offsets: np.ndarray,
+    *,
+    num_replicas: int,
+    max_concurrent_seqs: int | None,
+    backend: KernelBackend | None = None,
+) -> ReplicaCounts:
+    """Counts of every (step, replica) chunk of a ragged workload."""
+    if max_concurrent_seqs is not None and max_concurrent_seqs < 1:
+        raise ValueError(f"max_concurrent_seqs must be at least 1, got {max_concurrent_seqs}")
+    prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    response = np.ascontiguousarray(response_tokens, dtype=np.int64)
+    starts, sizes = chunk_bounds(step_offsets, num_replicas)
+    prompt_sum = _segment_sums(prompt, starts, sizes)
+    response_sum = _segment_sums(response, starts, sizes)
+    backend = backend or default_backend()
+    if backend is KernelBackend.NUMBA:
+        kernel = _numba_kernel()
+        if kernel is None:
+            raise RuntimeError("the numba backend was asked for but numba cannot be imported")
+        limited = max_concurrent_seqs is not None
+        iterations = kernel(response, starts, sizes, limited, max_concurrent_seqs or 1)
+    else:
+        iterations = _makespans_numpy(response, starts, sizes, max_concurrent_seqs)
+    return ReplicaCounts(prompt_sum, iterations, response_sum)
+
+
+def _segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    cumulative = np.concatenate([[0], np.cumsum(values)])
+    return cumulative[starts + sizes] - cumulative[starts]
+
+
+def _padded_rows(
+    values: np.ndarray, starts: np.ndarray, sizes: np.ndarray, width: int
+) -> np.ndarray:
+    """Chunks as rows of a (num_chunks, width) matrix, zero past each chunk's end."""
+    column = np.arange(width, dtype=np.int64)
+    inside = column[None, :] < sizes[:, None]
+    index = np.where(inside, starts[:, None] + column[None, :], 0)
+    return np.where(inside, values[index] if len(values) else 0, 0)
+
+
+def _makespans_numpy(
+    response: np.ndarray, starts: np.ndarray, sizes: np.ndarray, max_concurrent_seqs: int | None
+) -> np.ndarray:
+    """FIFO list-scheduling makespan per chunk, all chunks advanced together.
+
+    Zero padding is harmless: a zero-length job put on the least-loaded slot changes no slot's
+    finish time beyond what it was.
+    """
+    width = int(sizes.max()) if len(sizes) else 0
+    makespans = np.zeros(len(sizes), dtype=np.int64)
+    if width == 0:
+        return makespans
+    lengths = _padded_rows(response, starts, sizes, width)
+    if max_concurrent_seqs is None or width <= max_concurrent_seqs:
+        return lengths.max(axis=1)
+    short = sizes <= max_concurrent_seqs
+    makespans[short] = lengths[short].max(axis=1)
+    long_rows = np.flatnonzero(~short)
+    queue = lengths[long_rows]
+    slots = queue[:, :max_concurrent_seqs].copy()
+    row = np.arange(len(long_rows))
+    for j in range(max_concurrent_seqs, width):
+        least = np.argmin(slots, axis=1)
+        slots[row, least] += queue[:, j]
+    makespans[long_rows] = slots.max(axis=1)
+    return makespans
+
+
+@lru_cache(maxsize=1)
+def _numba_kernel():
+    """The compiled kernel, or None without numba. Imported lazily: numba is slow to load."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    @numba.njit(cache=True, nogil=True)
+    def sift_down(heap, size):
+        i = 0
+        item = heap[0]
+        while True:
+            child = 2 * i + 1
+            if child >= size:
+                break
+            if child + 1 < size and heap[child + 1] < heap[child]:
+                child += 1
+            if heap[child] >= item:
+                break
+            heap[i] = heap[child]
+            i = child
+        heap[i] = item
+
+    @numba.njit(cache=True, nogil=True)
+    def makespans(response, starts, sizes, limited, concurrency):
+        out = np.zeros(len(sizes), dtype=np.int64)
+        heap = np.empty(max(concurrency, 1), dtype=np.int64)
+        for c in range(len(sizes)):
+            lo = starts[c]
+            n = sizes[c]
+            if not limited or n <= concurrency:
+                longest = 0
+                for j in range(lo, lo + n):
+                    if response[j] > longest:
+                        longest = response[j]
+                out[c] = longest
+                continue
+            for k in range(concurrency):
+                heap[k] = response[lo + k]
+            heap[:concurrency].sort()  # a sorted array is a valid min-heap
+            for j in range(lo + concurrency, lo + n):
+                heap[0] += response[j]
+                sift_down(heap, concurrency)
+            longest = 0
+            for k in range(concurrency):
+                if heap[k] > longest:
+                    longest = heap[k]
+            out[c] = longest
+        return out
+
+    return makespans
