@@ -1,0 +1,317 @@
+"""Chrome-trace (Perfetto) export of any run, twin or live, from its trace-schema records.
+
+Open the JSON in https://ui.perfetto.dev or chrome://tracing. Three processes:
+- "GPUs": one track per device with its role over time (from `device_roles`), and a
+  "switch train→rollout" span on a device while a resize moves it;
+- "Pipeline": a track of whole steps and one track per stage (rollout, train, weight sync);
+- "Resizes": one track per phase name, critical and background phases told apart by category,
+  plus the policy's decisions as instant events when decision records are given.
+
+Schema v1 records a stage's duration, not its start, so stage spans are anchored where the
+pipeline puts them: training at the step's start, weight sync ending at the step's end, and
+rollout at the step's start (in one-step-off mode that is the rollout overlapping training, whose
+duration the record of the next step holds; the span's args name the batch it produced).
+Imports nothing of the project but `traces/` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from .phases import PhaseName
+
+MICROSECONDS_PER_S = 1_000_000.0
+GPU_PID = 1
+PIPELINE_PID = 2
+RESIZE_PID = 3
+STAGE_TRACKS = {"step": 0, "rollout": 1, "train": 2, "sync": 3}
+DECISION_TID = len(PhaseName)
+
+
+def _rows(records: Any) -> list[dict[str, Any]]:
+    """Accept a pandas DataFrame, pydantic records or plain dicts; return plain dicts."""
+    if records is None:
+        return []
+    if hasattr(records, "to_dict") and hasattr(records, "columns"):
+        return [dict(r) for r in records.to_dict(orient="records")]
+    rows = []
+    for record in records:
+        if hasattr(record, "model_dump"):
+            rows.append(record.model_dump(mode="json"))
+        elif isinstance(record, Mapping):
+            rows.append(dict(record))
+        else:
+            raise TypeError(f"cannot read a trace record of type {type(record).__name__}")
+    return rows
+
+
+def _text(value: Any) -> str:
+    return str(getattr(value, "value", value))
+
+
+def _us(seconds: float) -> float:
+    return round(float(seconds) * MICROSECONDS_PER_S, 3)
+
+
+def _span(
+    name: str, *, pid: int, tid: int, start_s: float, end_s: float, cat: str, args: dict
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "ts": _us(start_s),
+        "dur": _us(max(0.0, end_s - start_s)),
+        "cat": cat,
+        "args": args,
+    }
+
+
+def _metadata(pid: int, tid: int | None, name: str, sort_index: int) -> list[dict[str, Any]]:
+    if tid is None:
+        return [
+            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}},
+            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
+        ]
+    return [
+        {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}},
+        {
+            "name": "thread_sort_index",
+            "ph": "M",
+            "pid": pid,
+            "tid": tid,
+            "args": {"sort_index": sort_index},
+        },
+    ]
+
+
+def _roles(step: Mapping[str, Any]) -> list[str]:
+    roles = step.get("device_roles")
+    if roles is None:
+        raise ValueError(f"step {step.get('step')} has no device_roles")
+    return [_text(r) for r in list(roles)]
+
+
+def _device_role_events(steps: list[dict], resize_windows: dict[int, tuple]) -> list[dict]:
+    """Merge consecutive steps in which a device keeps its role into one span per device."""
+    events: list[dict] = []
+    num_devices = max(len(_roles(s)) for s in steps)
+    for device in range(num_devices):
+        events += _metadata(GPU_PID, device, f"GPU {device}", device)
+        current: tuple[str, float, float, int] | None = None
+        previous_role: str | None = None
+        for step in steps:
+            roles = _roles(step)
+            role = roles[device] if device < len(roles) else None
+            resize_id = step.get("resize_id")
+            if _present(resize_id) and previous_role is not None and role != previous_role:
+                window = resize_windows.get(int(resize_id))
+                if window is not None:
+                    events.append(
+                        _span(
+                            f"switch {previous_role}→{role}",
+                            pid=GPU_PID,
+                            tid=device,
+                            start_s=window[0],
+                            end_s=window[1],
+                            cat="resize",
+                            args={"resize_id": int(resize_id)},
+                        )
+                    )
+            if current is not None and (role != current[0]):
+                events.append(_role_span(device, current))
+                current = None
+            if role is not None:
+                start = current[1] if current else float(step["start_s"])
+                first = current[3] if current else int(step["step"])
+                current = (role, start, float(step["end_s"]), first)
+            previous_role = role
+        if current is not None:
+            events.append(_role_span(device, current))
+    return events
+
+
+def _role_span(device: int, current: tuple[str, float, float, int]) -> dict:
+    role, start, end, first_step = current
+    return _span(
+        role,
+        pid=GPU_PID,
+        tid=device,
+        start_s=start,
+        end_s=end,
+        cat="role",
+        args={"device": device, "role": role, "first_step": first_step},
+    )
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _stage_events(steps: list[dict]) -> list[dict]:
+    events: list[dict] = []
+    for name, tid in STAGE_TRACKS.items():
+        events += _metadata(PIPELINE_PID, tid, name, tid)
+    for step in steps:
+        k = int(step["step"])
+        start, end = float(step["start_s"]), float(step["end_s"])
+        allocation = f"{int(step['train_gpus'])}:{int(step['rollout_gpus'])}"
+        common = {"step": k, "allocation": allocation}
+        events.append(
+            _span(
+                f"step {k}",
+                pid=PIPELINE_PID,
+                tid=STAGE_TRACKS["step"],
+                start_s=start,
+                end_s=end,
+                cat="step",
+                args={**common, "tokens": int(step.get("tokens", 0))},
+            )
+        )
+        stages = [
+            ("rollout", start, start + float(step["rollout_s"])),
+            ("train", start, start + float(step["train_s"])),
+            ("sync", end - float(step["sync_s"]), end),
+        ]
+        for name, lo, hi in stages:
+            args = dict(common)
+            if name == "rollout" and "rollout_batch_id" in step:
+                args["rollout_batch_id"] = int(step["rollout_batch_id"])
+            events.append(
+                _span(
+                    f"{name} {k}",
+                    pid=PIPELINE_PID,
+                    tid=STAGE_TRACKS[name],
+                    start_s=lo,
+                    end_s=hi,
+                    cat="stage",
+                    args=args,
+                )
+            )
+    return events
+
+
+def _phase_tid(phase: str) -> int:
+    names = [p.value for p in PhaseName]
+    if phase not in names:
+        raise ValueError(f"unknown resize phase {phase!r}")
+    return names.index(phase)
+
+
+def _resize_events(resizes: list[dict]) -> list[dict]:
+    events: list[dict] = []
+    for phase in PhaseName:
+        if any(_text(r["phase"]) == phase.value for r in resizes):
+            tid = _phase_tid(phase.value)
+            events += _metadata(RESIZE_PID, tid, phase.value, tid)
+    for r in resizes:
+        phase = _text(r["phase"])
+        critical = bool(r["critical"])
+        events.append(
+            _span(
+                phase,
+                pid=RESIZE_PID,
+                tid=_phase_tid(phase),
+                start_s=float(r["start_s"]),
+                end_s=float(r["end_s"]),
+                cat="critical" if critical else "background",
+                args={
+                    "resize_id": int(r["resize_id"]),
+                    "strategy": _text(r["strategy"]),
+                    "from": _text(r["from_allocation"]),
+                    "to": _text(r["to_allocation"]),
+                    "critical": critical,
+                    "bytes_moved": int(r.get("bytes_moved", 0) or 0),
+                },
+            )
+        )
+    return events
+
+
+def _decision_events(decisions: list[dict]) -> list[dict]:
+    if not decisions:
+        return []
+    events = _metadata(RESIZE_PID, DECISION_TID, "policy decisions", DECISION_TID)
+    for d in decisions:
+        events.append(
+            {
+                "name": _text(d["decision"]),
+                "ph": "i",
+                "s": "t",
+                "pid": RESIZE_PID,
+                "tid": DECISION_TID,
+                "ts": _us(d["time_s"]),
+                "cat": "decision",
+                "args": {
+                    "step": int(d["step"]),
+                    "policy": _text(d["policy"]),
+                    "from": _text(d["from_allocation"]),
+                    "to": _text(d["to_allocation"]) if _present(d.get("to_allocation")) else None,
+                    "reason": _text(d.get("reason", "")),
+                },
+            }
+        )
+    return events
+
+
+def _resize_windows(resizes: list[dict]) -> dict[int, tuple[float, float]]:
+    """Span of each resize's critical phases (of all its phases if none is critical)."""
+    by_id: dict[int, list[dict]] = {}
+    for r in resizes:
+        by_id.setdefault(int(r["resize_id"]), []).append(r)
+    windows = {}
+    for rid, phases in by_id.items():
+        span = [r for r in phases if bool(r["critical"])] or phases
+        windows[rid] = (
+            min(float(r["start_s"]) for r in span),
+            max(float(r["end_s"]) for r in span),
+        )
+    return windows
+
+
+def chrome_trace(
+    steps: Any, resizes: Any = None, *, decisions: Any = None, run_name: str = "dynaresize run"
+) -> dict[str, Any]:
+    """Build the Chrome-trace JSON object of one run from its records (DataFrames or lists)."""
+    step_rows = sorted(_rows(steps), key=lambda s: int(s["step"]))
+    if not step_rows:
+        raise ValueError("a Chrome trace needs at least one step record")
+    resize_rows = _rows(resizes)
+    events = _metadata(GPU_PID, None, "GPUs (role over time)", 0)
+    events += _metadata(PIPELINE_PID, None, "Pipeline (steps and stages)", 0)
+    events += _device_role_events(step_rows, _resize_windows(resize_rows))
+    events += _stage_events(step_rows)
+    if resize_rows or decisions is not None:
+        events += _metadata(RESIZE_PID, None, "Resizes (phases and decisions)", 0)
+    events += _resize_events(resize_rows)
+    events += _decision_events(_rows(decisions))
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {"run": run_name, "clock": "seconds since the run began, as microseconds"},
+    }
+
+
+def write_chrome_trace(
+    path: str | Path,
+    steps: Any,
+    resizes: Any = None,
+    *,
+    decisions: Any = None,
+    run_name: str = "dynaresize run",
+) -> Path:
+    """Write the run's Chrome trace to `path` (JSON); returns the path written."""
+    trace = chrome_trace(steps, resizes, decisions=decisions, run_name=run_name)
+    target = Path(path)
+    target.write_text(json.dumps(trace, separators=(",", ":"), allow_nan=False))
+    return target
+
+
+def iter_spans(trace: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    """The complete ('X') events of a trace, for readers and tests."""
+    return (e for e in trace["traceEvents"] if e.get("ph") == "X")
