@@ -9,7 +9,7 @@ what lets the very same object decide in the simulator and on real GPUs.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Protocol, runtime_checkable
+from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -116,6 +116,11 @@ class StepObservation(BaseModel):
     )
     remaining_steps: int | None = Field(
         default=None, ge=0, description="Steps left in the run, when the caller knows it."
+    )
+    measured_resize_costs_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(),
+        description="Critical-path costs of the resizes this run has measured so far, oldest "
+        "first (empty until one has happened, or when the caller measures none).",
     )
 
     @model_validator(mode="after")
