@@ -13,6 +13,7 @@ docs/trace-schema.md describes every field and its unit.
 from __future__ import annotations
 
 import math
+from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -112,3 +113,86 @@ class DecisionRecord(_Record):
         default=None, ge=0, description="Predicted critical path of the chosen move (s)."
     )
     resize_id: int | None = Field(default=None, description="Id given to the resize, if any.")
+
+
+# --- Extensions of v1 (optional records; nothing above is renamed) ---------------------------
+
+
+class PipelineMode(str, Enum):
+    """How rollout and training share the GPUs in the run a trace describes."""
+
+    COLOCATED = "colocated"
+    """Every GPU takes both roles in turn (verl's hybrid engine): generate, then train."""
+    SYNC_DISAGGREGATED = "sync_disaggregated"
+    """Separate Rollout and Training GPUs, but each step waits for its own rollout."""
+    ONE_STEP_OFF = "one_step_off"
+    """Separate GPUs; rollout of batch k+1 overlaps training on batch k (the paper's baseline)."""
+    FULLY_ASYNC = "fully_async"
+    """Separate GPUs; rollout streams samples continuously, staleness bounded by a window."""
+
+
+class RunMeta(BaseModel):
+    """What run a trace describes and how it was obtained; one per trace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = Field(default=SCHEMA_VERSION, description="Trace schema version.")
+    source: str = Field(
+        default="unknown",
+        description="What produced the trace: 'twin', 'executor', or the system a log came from.",
+    )
+    source_path: str | None = Field(
+        default=None, description="File the trace was read or imported from, if any."
+    )
+    importer: str | None = Field(
+        default=None, description="Importer that converted a foreign log ('verl', 'csv:slime')."
+    )
+    cluster: str | None = Field(default=None, description="Free text, e.g. '1 node, 8x H20'.")
+    gpu_type: str | None = Field(default=None, description="Accelerator model, e.g. 'H20'.")
+    num_gpus: int | None = Field(default=None, ge=0, description="GPUs the run used in total.")
+    model_name: str | None = Field(default=None, description="Policy model, e.g. 'Qwen3-8B'.")
+    model_params_b: float | None = Field(
+        default=None, ge=0, description="Policy model size (billions of parameters)."
+    )
+    pipeline_mode: PipelineMode | None = Field(
+        default=None, description="How rollout and training shared the GPUs."
+    )
+    start_train_gpus: int | None = Field(
+        default=None, ge=0, description="GPUs in the Training role at the first step."
+    )
+    start_rollout_gpus: int | None = Field(
+        default=None, ge=0, description="GPUs in the Rollout role at the first step."
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What the producer or importer inferred or assumed rather than measured.",
+    )
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Free key-value labels (experiment name, commit, ...)."
+    )
+
+
+class SampleRecord(_Record):
+    """One sample (prompt and response) of one step: the per-sample lengths a replay needs."""
+
+    step: int = Field(ge=0, description="Step whose batch the sample belongs to.")
+    sample_index: int = Field(ge=0, description="Position of the sample in its batch, 0-based.")
+    prompt_tokens: int = Field(ge=0, description="Prompt length (tokens).")
+    response_tokens: int = Field(ge=0, description="Response length (tokens).")
+    rollout_replica: int | None = Field(
+        default=None, ge=0, description="Rollout engine replica that generated it, if known."
+    )
+    device: int | None = Field(
+        default=None, ge=0, description="Device id (as in device_roles) that generated it."
+    )
+    finish_s: float | None = Field(
+        default=None, ge=0, description="Clock when its generation finished (s), if known."
+    )
+
+
+class ExtraMetricRecord(_Record):
+    """A metric of a step that the schema has no field for, kept as the importer found it."""
+
+    step: int = Field(ge=0, description="Step the metric was logged at (trace numbering).")
+    key: str = Field(description="The metric's name in the original log.")
+    value_json: str = Field(description="The metric's value, JSON-encoded.")
