@@ -73,18 +73,20 @@ def replica_counts(
     prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     response = np.ascontiguousarray(response_tokens, dtype=np.int64)
     starts, sizes = chunk_bounds(step_offsets, num_replicas)
-    prompt_sum = _segment_sums(prompt, starts, sizes)
-    response_sum = _segment_sums(response, starts, sizes)
     backend = backend or default_backend()
     if backend is KernelBackend.NUMBA:
         kernel = _numba_kernel()
         if kernel is None:
             raise RuntimeError("the numba backend was asked for but numba cannot be imported")
         limited = max_concurrent_seqs is not None
-        iterations = kernel(response, starts, sizes, limited, max_concurrent_seqs or 1)
-    else:
-        iterations = _makespans_numpy(response, starts, sizes, max_concurrent_seqs)
-    return ReplicaCounts(prompt_sum, iterations, response_sum)
+        return ReplicaCounts(
+            *kernel(prompt, response, starts, sizes, limited, max_concurrent_seqs or 1)
+        )
+    return ReplicaCounts(
+        _segment_sums(prompt, starts, sizes),
+        _makespans_numpy(response, starts, sizes, max_concurrent_seqs),
+        _segment_sums(response, starts, sizes),
+    )
 
 
 def _segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -155,30 +157,39 @@ def _numba_kernel():
         heap[i] = item
 
     @numba.njit(cache=True, nogil=True)
-    def makespans(response, starts, sizes, limited, concurrency):
-        out = np.zeros(len(sizes), dtype=np.int64)
+    def counts(prompt, response, starts, sizes, limited, concurrency):
+        """Prompt sum, makespan and response sum of every chunk, in one pass."""
+        num_chunks = len(sizes)
+        prompt_sum = np.zeros(num_chunks, dtype=np.int64)
+        makespan = np.zeros(num_chunks, dtype=np.int64)
+        response_sum = np.zeros(num_chunks, dtype=np.int64)
         heap = np.empty(max(concurrency, 1), dtype=np.int64)
-        for c in range(len(sizes)):
+        for c in range(num_chunks):
             lo = starts[c]
-            n = sizes[c]
-            if not limited or n <= concurrency:
+            hi = lo + sizes[c]
+            total_prompt = 0
+            total_response = 0
+            for j in range(lo, hi):
+                total_prompt += prompt[j]
+                total_response += response[j]
+            prompt_sum[c] = total_prompt
+            response_sum[c] = total_response
+            if not limited or sizes[c] <= concurrency:
                 longest = 0
-                for j in range(lo, lo + n):
-                    if response[j] > longest:
-                        longest = response[j]
-                out[c] = longest
+                for j in range(lo, hi):
+                    longest = max(longest, response[j])
+                makespan[c] = longest
                 continue
             for k in range(concurrency):
                 heap[k] = response[lo + k]
             heap[:concurrency].sort()  # a sorted array is a valid min-heap
-            for j in range(lo + concurrency, lo + n):
-                heap[0] += response[j]
+            for j in range(lo + concurrency, hi):
+                heap[0] += response[j]  # the earliest-free slot takes the next sample
                 sift_down(heap, concurrency)
             longest = 0
             for k in range(concurrency):
-                if heap[k] > longest:
-                    longest = heap[k]
-            out[c] = longest
-        return out
+                longest = max(longest, heap[k])
+            makespan[c] = longest
+        return prompt_sum, makespan, response_sum
 
-    return makespans
+    return counts

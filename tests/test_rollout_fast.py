@@ -1,0 +1,101 @@
+"""The fast rollout kernels agree exactly with the reference simulation (property tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dynaresize.traces.workload import Workload
+from dynaresize.twin.costs import rollout_kernels
+from dynaresize.twin.costs.rollout import RolloutCostParams, rollout_stage_s, rollout_stage_s_many
+from dynaresize.twin.costs.rollout_kernels import KernelBackend, replica_counts
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+BACKENDS = [KernelBackend.NUMPY]
+if rollout_kernels._numba_kernel() is not None:
+    BACKENDS.append(KernelBackend.NUMBA)
+
+
+@st.composite
+def workloads(draw):
+    num_steps = draw(st.integers(0, 6))
+    prompts, responses = [], []
+    for _ in range(num_steps):
+        n = draw(st.integers(0, 40))
+        max_len = draw(st.sampled_from([0, 1, 5, 100, 5000]))
+        prompts.append(np.array(draw(st.lists(st.integers(0, 3000), min_size=n, max_size=n))))
+        responses.append(np.array(draw(st.lists(st.integers(0, max_len), min_size=n, max_size=n))))
+    return Workload.from_steps(prompts, responses)
+
+
+@st.composite
+def params(draw):
+    capacity = draw(st.one_of(st.none(), st.integers(1, 20_000)))
+    return RolloutCostParams(
+        decode_base_s_per_iter=draw(st.floats(0, 0.1)),
+        decode_s_per_active_seq=draw(st.floats(0, 0.01)),
+        prefill_s_per_token=draw(st.floats(0, 1e-3)),
+        kv_capacity_tokens_per_replica=capacity,
+        kv_reserved_prompt_tokens_per_seq=draw(st.integers(0, 500)),
+        kv_reserved_response_tokens_per_seq=draw(st.integers(1, 2000)),
+        max_num_seqs_per_replica=draw(st.one_of(st.none(), st.integers(1, 50))),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(workload=workloads(), p=params(), num_replicas=st.integers(1, 9))
+def test_fast_backends_equal_reference_exactly(workload, p, num_replicas):
+    reference = [
+        rollout_stage_s(*workload.step(k), num_replicas=num_replicas, params=p)
+        for k in range(workload.num_steps)
+    ]
+    for backend in BACKENDS:
+        fast = rollout_stage_s_many(workload, num_replicas=num_replicas, params=p, backend=backend)
+        assert fast.dtype == np.float64
+        assert fast.tolist() == reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(workload=workloads(), concurrency=st.one_of(st.none(), st.integers(1, 12)))
+def test_backends_give_identical_counts(workload, concurrency):
+    results = [
+        replica_counts(
+            workload.prompt_tokens,
+            workload.response_tokens,
+            workload.step_offsets,
+            num_replicas=3,
+            max_concurrent_seqs=concurrency,
+            backend=backend,
+        )
+        for backend in BACKENDS
+    ]
+    for other in results[1:]:
+        for field in ("prompt_tokens_total", "decode_iterations", "active_seq_iterations"):
+            assert getattr(other, field).tolist() == getattr(results[0], field).tolist()
+
+
+def test_env_var_selects_numpy_fallback(monkeypatch):
+    monkeypatch.setenv(rollout_kernels.NO_NUMBA_ENV, "1")
+    assert rollout_kernels.default_backend() is KernelBackend.NUMPY
+    rng = np.random.default_rng(0)
+    w = Workload.from_steps(
+        [rng.integers(1, 100, 64) for _ in range(5)], [rng.integers(0, 4000, 64) for _ in range(5)]
+    )
+    p = RolloutCostParams()
+    numpy_result = rollout_stage_s_many(w, num_replicas=4, params=p)
+    monkeypatch.delenv(rollout_kernels.NO_NUMBA_ENV)
+    assert rollout_stage_s_many(w, num_replicas=4, params=p).tolist() == numpy_result.tolist()
+
+
+def test_numba_backend_errors_clearly_when_missing(monkeypatch):
+    monkeypatch.setattr(rollout_kernels, "_numba_kernel", lambda: None)
+    assert rollout_kernels.default_backend() is KernelBackend.NUMPY
+    with pytest.raises(RuntimeError, match="numba"):
+        replica_counts(
+            np.zeros(1, np.int64),
+            np.ones(1, np.int64),
+            np.array([0, 1]),
+            num_replicas=1,
+            max_concurrent_seqs=None,
+            backend=KernelBackend.NUMBA,
+        )
