@@ -1,0 +1,107 @@
+"""The offline-optimal dynamic program against brute force and hand-worked cases."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from dynaresize.twin.optimal import (
+    best_static,
+    offline_optimum,
+    regret_against_optimum,
+    schedule_total_s,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+
+def brute_force(step_s, resize_s, initial_index):
+    num_steps, num_candidates = step_s.shape
+    best = None
+    for path in itertools.product(range(num_candidates), repeat=num_steps):
+        total = schedule_total_s(step_s, resize_s, initial_index=initial_index, path=np.array(path))
+        best = total if best is None else min(best, total)
+    return best
+
+
+times = st.floats(0, 100, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def problems(draw):
+    num_candidates = draw(st.integers(1, 3))
+    num_steps = draw(st.integers(1, 6))
+    step_s = draw(arrays(np.float64, (num_steps, num_candidates), elements=times))
+    resize_s = draw(arrays(np.float64, (num_candidates, num_candidates), elements=times))
+    initial = draw(st.integers(0, num_candidates - 1))
+    return step_s, resize_s, initial
+
+
+@settings(max_examples=200, deadline=None)
+@given(problem=problems())
+def test_dynamic_program_equals_brute_force(problem):
+    step_s, resize_s, initial = problem
+    optimum = offline_optimum(step_s, resize_s, initial_index=initial)
+    assert optimum.total_s == pytest.approx(brute_force(step_s, resize_s, initial), abs=1e-9)
+    # the returned path really costs what it claims
+    again = schedule_total_s(step_s, resize_s, initial_index=initial, path=optimum.candidate_index)
+    assert again == pytest.approx(optimum.total_s, abs=1e-9)
+    # never worse than staying on the initial candidate or the best static split
+    assert optimum.total_s <= step_s[:, initial].sum() + 1e-9
+
+
+def test_paper_like_case_moves_once_when_it_pays():
+    # 6:2 takes 39.84 s a step, 4:4 takes 23.93 s; a move costs 187.2 s.
+    steps = 100
+    step_s = np.tile([39.84, 23.93], (steps, 1))
+    resize_s = np.array([[0.0, 187.2], [187.2, 0.0]])
+    optimum = offline_optimum(step_s, resize_s, initial_index=0)
+    assert optimum.num_resizes == 1
+    assert optimum.candidate_index[0] == 1
+    assert optimum.total_s == pytest.approx(187.2 + 100 * 23.93)
+
+
+def test_short_run_does_not_move():
+    # 11 steps save 11 * 15.91 = 175 s < 187.2 s: staying is optimal (break-even ~11.8 steps).
+    step_s = np.tile([39.84, 23.93], (11, 1))
+    resize_s = np.array([[0.0, 187.2], [187.2, 0.0]])
+    optimum = offline_optimum(step_s, resize_s, initial_index=0)
+    assert optimum.num_resizes == 0
+    assert optimum.total_s == pytest.approx(11 * 39.84)
+    twelve = offline_optimum(np.tile([39.84, 23.93], (12, 1)), resize_s, initial_index=0)
+    assert twelve.num_resizes == 1
+
+
+def test_regime_switch_moves_there_and_back():
+    first = np.tile([10.0, 20.0], (50, 1))
+    second = np.tile([20.0, 10.0], (50, 1))
+    step_s = np.vstack([first, second, first])
+    resize_s = np.full((2, 2), 5.0)
+    optimum = offline_optimum(step_s, resize_s, initial_index=0)
+    assert optimum.num_resizes == 2
+    assert optimum.candidate_index.tolist() == [0] * 50 + [1] * 50 + [0] * 50
+    assert optimum.total_s == pytest.approx(150 * 10 + 2 * 5)
+
+
+def test_best_static_and_regret():
+    step_s = np.array([[1.0, 3.0], [1.0, 3.0], [5.0, 1.0]])
+    assert best_static(step_s) == (0, 7.0)
+    regret = regret_against_optimum(9.0, step_s, np.zeros((2, 2)), initial_index=0)
+    assert regret.optimal_total_s == pytest.approx(3.0)
+    assert regret.regret_s == pytest.approx(6.0)
+    assert regret.regret_fraction == pytest.approx(2.0)
+
+
+def test_bad_inputs_raise_value_error():
+    with pytest.raises(ValueError, match="shape"):
+        offline_optimum(np.ones(3), np.zeros((1, 1)), initial_index=0)
+    with pytest.raises(ValueError, match="resize costs"):
+        offline_optimum(np.ones((3, 2)), np.zeros((3, 3)), initial_index=0)
+    with pytest.raises(ValueError, match="finite"):
+        offline_optimum(np.full((2, 2), np.nan), np.zeros((2, 2)), initial_index=0)
+    with pytest.raises(ValueError, match="initial_index"):
+        offline_optimum(np.ones((2, 2)), np.zeros((2, 2)), initial_index=2)
+    empty = offline_optimum(np.zeros((0, 2)), np.zeros((2, 2)), initial_index=1)
+    assert empty.total_s == 0.0 and empty.num_resizes == 0

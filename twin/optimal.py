@@ -1,0 +1,159 @@
+"""The offline-optimal resize schedule: a lower bound on total time that no policy can beat.
+
+With the whole future known, choosing a candidate topology for every step is a shortest path
+through a layered graph: layer k holds one node per candidate, a node costs that step's time on
+that candidate, and an edge between candidates costs the resize between them. Dynamic
+programming over steps finds it exactly in O(steps x candidates^2):
+
+    best[0, c] = resize[initial, c] + step[0, c]
+    best[k, c] = step[k, c] + min over p of (best[k-1, p] + resize[p, c])
+
+The bound lives inside the additive model (a step's time depends only on its own topology, a
+resize adds its cost once). An online policy, which cannot move before the first step and pays
+the same costs, can only do worse; the twin's pipeline adds effects the model leaves out (overlap
+of the first step with background phases), so the regret of a simulated policy is reported
+against this bound, not guaranteed to be exactly non-negative to the last second.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class OptimalSchedule:
+    """The schedule the dynamic program found."""
+
+    total_s: float
+    """Sum of step times plus resize costs along the schedule (s)."""
+    candidate_index: np.ndarray
+    """Index of the candidate each step runs on (int64, one per step)."""
+    step_s: np.ndarray
+    """Time of each step on its chosen candidate (s)."""
+    resize_s: float
+    """Total time spent resizing (s)."""
+    num_resizes: int
+    """Number of changes of candidate, a move away from the initial one before step 0 included."""
+
+
+@dataclass(frozen=True)
+class Regret:
+    """How far a policy's total time is from the offline optimum."""
+
+    policy_total_s: float
+    optimal_total_s: float
+
+    @property
+    def regret_s(self) -> float:
+        return self.policy_total_s - self.optimal_total_s
+
+    @property
+    def regret_fraction(self) -> float:
+        """Regret as a share of the optimum (0.05 = 5% slower than the best possible)."""
+        if self.optimal_total_s <= 0:
+            return 0.0
+        return self.regret_s / self.optimal_total_s
+
+
+def _check_inputs(step_s: np.ndarray, resize_s: np.ndarray, initial_index: int) -> None:
+    if step_s.ndim != 2:
+        raise ValueError(
+            f"step times must be a (steps, candidates) matrix, got shape {step_s.shape}"
+        )
+    num_candidates = step_s.shape[1]
+    if num_candidates == 0:
+        raise ValueError("there must be at least one candidate topology")
+    if resize_s.shape != (num_candidates, num_candidates):
+        raise ValueError(
+            f"resize costs must be {num_candidates}x{num_candidates}, got shape {resize_s.shape}"
+        )
+    if not (np.all(np.isfinite(step_s)) and np.all(np.isfinite(resize_s))):
+        raise ValueError("step times and resize costs must be finite")
+    if np.any(step_s < 0) or np.any(resize_s < 0):
+        raise ValueError("step times and resize costs must be non-negative")
+    if not 0 <= initial_index < num_candidates:
+        raise ValueError(f"initial_index {initial_index} is not among {num_candidates} candidates")
+
+
+def offline_optimum(
+    step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int
+) -> OptimalSchedule:
+    """Minimum-total-time schedule over steps x candidates, with resize costs.
+
+    `step_s[k, c]` is the time of step k on candidate c; `resize_s[p, c]` the cost of moving from
+    p to c (its diagonal is ignored: staying costs nothing). The schedule starts on
+    `initial_index`. Ties go to the lower candidate index and to staying put.
+    """
+    step_s = np.asarray(step_s, dtype=np.float64)
+    resize_s = np.array(resize_s, dtype=np.float64)
+    _check_inputs(step_s, resize_s, initial_index)
+    np.fill_diagonal(resize_s, 0.0)
+    num_steps, num_candidates = step_s.shape
+    if num_steps == 0:
+        return OptimalSchedule(0.0, np.zeros(0, np.int64), np.zeros(0), 0.0, 0)
+
+    came_from = np.empty((num_steps, num_candidates), dtype=np.int64)
+    came_from[0] = initial_index
+    best = resize_s[initial_index] + step_s[0]
+    for k in range(1, num_steps):
+        via = best[:, None] + resize_s  # via[p, c]: reach c at step k from p at step k-1
+        came_from[k] = np.argmin(via, axis=0)
+        # prefer staying when it ties with the best move (fewer resizes for the same time)
+        stay = best <= via[came_from[k], np.arange(num_candidates)]
+        came_from[k][stay] = np.arange(num_candidates)[stay]
+        best = via[came_from[k], np.arange(num_candidates)] + step_s[k]
+
+    path = np.empty(num_steps, dtype=np.int64)
+    path[-1] = int(np.argmin(best))
+    for k in range(num_steps - 1, 0, -1):
+        path[k - 1] = came_from[k, path[k]]
+    return _schedule_from_path(step_s, resize_s, initial_index, path)
+
+
+def schedule_total_s(
+    step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int, path: np.ndarray
+) -> float:
+    """Total time of a given schedule under the same additive model (for checks and regret)."""
+    step_s = np.asarray(step_s, dtype=np.float64)
+    resize_s = np.array(resize_s, dtype=np.float64)
+    _check_inputs(step_s, resize_s, initial_index)
+    np.fill_diagonal(resize_s, 0.0)
+    return _schedule_from_path(step_s, resize_s, initial_index, np.asarray(path)).total_s
+
+
+def _schedule_from_path(
+    step_s: np.ndarray, resize_s: np.ndarray, initial_index: int, path: np.ndarray
+) -> OptimalSchedule:
+    if path.shape != (step_s.shape[0],):
+        raise ValueError(f"a schedule needs one candidate per step, got shape {path.shape}")
+    previous = np.concatenate([[initial_index], path[:-1]]).astype(np.int64)
+    per_step = step_s[np.arange(len(path)), path]
+    moves = resize_s[previous, path]
+    total = float(per_step.sum() + moves.sum())
+    return OptimalSchedule(
+        total_s=total,
+        candidate_index=path.astype(np.int64),
+        step_s=per_step,
+        resize_s=float(moves.sum()),
+        num_resizes=int(np.count_nonzero(previous != path)),
+    )
+
+
+def best_static(step_s: np.ndarray) -> tuple[int, float]:
+    """Index and total time of the best single candidate for the whole run (no resizes)."""
+    totals = np.asarray(step_s, dtype=np.float64).sum(axis=0)
+    index = int(np.argmin(totals))
+    return index, float(totals[index])
+
+
+def regret_against_optimum(
+    policy_total_s: float, step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int
+) -> Regret:
+    """A policy's regret against the offline optimum of the same per-step cost matrix.
+
+    The one call the twin's simulate() and the replay make to report regret.
+    """
+    optimum = offline_optimum(step_s, resize_s, initial_index=initial_index)
+    return Regret(policy_total_s=float(policy_total_s), optimal_total_s=optimum.total_s)
