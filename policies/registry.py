@@ -15,10 +15,14 @@ from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
 
 from .base import PolicyConfigBase
 from .greedy import GreedyConfig
+from .hpa import HpaConfig
 from .hysteresis import HysteresisConfig
+from .payback import PaybackConfig
 from .scheduled import ScheduledConfig
 from .static import StaticConfig
 from .types import Policy
+from .verl_drc import VerlDrcConfig
+from .verl_switch import VerlSwitchConfig
 
 PolicyConfig = Annotated[
     Union[  # noqa: UP007  (a runtime union object is what the discriminator needs on 3.10)
@@ -26,6 +30,10 @@ PolicyConfig = Annotated[
         ScheduledConfig,
         GreedyConfig,
         HysteresisConfig,
+        PaybackConfig,
+        VerlSwitchConfig,
+        VerlDrcConfig,
+        HpaConfig,
     ],
     Field(discriminator="kind"),
 ]
