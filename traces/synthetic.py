@@ -1,0 +1,233 @@
+"""Seeded synthetic workloads: per-sample prompt and response lengths for every step.
+
+Real RL rollouts mix short answers with long reasoning, and the long tail decides how long a
+rollout stage takes. The generator draws response lengths from a mixture of lognormal and Pareto
+components, clips them at a maximum length, and lets the mixture drift over the run: lengths that
+grow by a share per step, and regime switches at given steps that rescale lengths or re-weight
+the mixture. Everything is one vectorised numpy pass from one seed, so the same config and seed
+always give the same `Workload`.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .workload import Workload
+
+__all__ = [
+    "PRESETS",
+    "LengthComponent",
+    "LengthDistribution",
+    "RegimeSwitch",
+    "WorkloadConfig",
+    "generate_workload",
+    "preset",
+    "resolve_workload_spec",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class LengthDistribution(str, Enum):
+    LOGNORMAL = "lognormal"
+    """exp(N(log(median), sigma)): a heavy but thin-tailed body."""
+    PARETO = "pareto"
+    """Classical Pareto with tail index `tail_index`: a power-law tail of stragglers."""
+
+
+class LengthComponent(_Strict):
+    """One kind of sample in the mixture (e.g. short QA, long reasoning)."""
+
+    name: str = Field(default="component", description="Label of this kind of sample.")
+    weight: float = Field(gt=0, description="Relative share of samples of this kind.")
+    distribution: LengthDistribution = Field(
+        default=LengthDistribution.LOGNORMAL, description="lognormal or pareto."
+    )
+    median_tokens: float = Field(gt=0, description="Median response length (tokens).")
+    sigma: float = Field(
+        default=0.5, ge=0, description="Lognormal only: standard deviation of log length."
+    )
+    tail_index: float = Field(
+        default=1.5, gt=0, description="Pareto only: tail index alpha (smaller = heavier tail)."
+    )
+
+
+class RegimeSwitch(_Strict):
+    """From `at_step` on, lengths are rescaled and, optionally, the mixture re-weighted."""
+
+    at_step: int = Field(ge=0, description="First step of the new regime.")
+    length_scale: float = Field(
+        default=1.0, gt=0, description="Multiplier on response lengths from this step on."
+    )
+    component_weights: list[float] | None = Field(
+        default=None,
+        description="New relative weights of the components (same order); None keeps them.",
+    )
+
+
+class WorkloadConfig(_Strict):
+    """A synthetic workload: how many samples per step and how their lengths are distributed."""
+
+    name: str = Field(default="custom", description="Name shown in records and docs.")
+    samples_per_step: int = Field(ge=1, description="Responses generated per training step.")
+    prompt_median_tokens: float = Field(default=256.0, gt=0, description="Median prompt length.")
+    prompt_sigma: float = Field(default=0.4, ge=0, description="Std. dev. of log prompt length.")
+    max_prompt_tokens: int = Field(default=2048, ge=1, description="Prompts are clipped here.")
+    components: list[LengthComponent] = Field(
+        min_length=1, description="Mixture of response-length distributions."
+    )
+    min_response_tokens: int = Field(default=1, ge=0, description="Shortest response (tokens).")
+    max_response_tokens: int = Field(
+        ge=1, description="Responses are clipped at this length, as a generation limit does."
+    )
+    length_growth_per_step: float = Field(
+        default=0.0,
+        gt=-1,
+        description="Lengths grow by this share per step, compounding (0.01 = 1% per step).",
+    )
+    regime_switches: list[RegimeSwitch] = Field(
+        default_factory=list, description="Changes of regime at given steps."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WorkloadConfig:
+        if self.min_response_tokens > self.max_response_tokens:
+            raise ValueError("min_response_tokens is above max_response_tokens")
+        for i, switch in enumerate(self.regime_switches):
+            w = switch.component_weights
+            if w is not None and (len(w) != len(self.components) or min(w) < 0 or sum(w) <= 0):
+                raise ValueError(
+                    f"regime_switches[{i}].component_weights needs {len(self.components)} "
+                    "non-negative weights with a positive sum"
+                )
+        return self
+
+    def schedule(self, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-step length multiplier (num_steps,) and mixture weights (num_steps, components)."""
+        steps = np.arange(num_steps)
+        scale = (1.0 + self.length_growth_per_step) ** steps
+        weights = np.tile([c.weight for c in self.components], (num_steps, 1)).astype(float)
+        for switch in sorted(self.regime_switches, key=lambda s: s.at_step):
+            after = steps >= switch.at_step
+            scale[after] *= switch.length_scale
+            if switch.component_weights is not None:
+                weights[after] = switch.component_weights
+        return scale, weights / weights.sum(axis=1, keepdims=True)
+
+
+def generate_workload(config: WorkloadConfig, num_steps: int, seed: int) -> Workload:
+    """Draw every sample of every step in one vectorised pass; same inputs, same workload."""
+    if num_steps < 0:
+        raise ValueError("num_steps must be non-negative")
+    rng = np.random.default_rng(seed)
+    per_step = config.samples_per_step
+    n = num_steps * per_step
+    step_of = np.repeat(np.arange(num_steps), per_step)
+    scale, weights = config.schedule(num_steps)
+
+    cumulative = np.cumsum(weights, axis=1)
+    u = rng.random(n)
+    which = (u[:, None] >= cumulative[step_of][:, :-1]).sum(axis=1)
+
+    comps = config.components
+    median = np.array([c.median_tokens for c in comps])[which]
+    sigma = np.array([c.sigma for c in comps])[which]
+    alpha = np.array([c.tail_index for c in comps])[which]
+    is_pareto = np.array([c.distribution is LengthDistribution.PARETO for c in comps])[which]
+
+    z = rng.standard_normal(n)
+    v = rng.random(n)
+    lognormal = median * np.exp(sigma * z)
+    # Classical Pareto parametrised by its median: x_m = median / 2**(1/alpha).
+    pareto = median * 2.0 ** (-1.0 / alpha) * (1.0 - v) ** (-1.0 / alpha)
+    response = np.where(is_pareto, pareto, lognormal) * scale[step_of]
+    response = np.clip(np.rint(response), config.min_response_tokens, config.max_response_tokens)
+
+    prompt = config.prompt_median_tokens * np.exp(config.prompt_sigma * rng.standard_normal(n))
+    prompt = np.clip(np.rint(prompt), 1, config.max_prompt_tokens)
+
+    offsets = np.arange(num_steps + 1, dtype=np.int64) * per_step
+    return Workload(prompt.astype(np.int64), response.astype(np.int64), offsets, config.name)
+
+
+def _short_qa(weight: float) -> LengthComponent:
+    return LengthComponent(name="short_qa", weight=weight, median_tokens=300, sigma=0.5)
+
+
+PRESETS: dict[str, WorkloadConfig] = {
+    "low_variance": WorkloadConfig(
+        name="low_variance",
+        samples_per_step=256,
+        components=[LengthComponent(name="uniform_task", weight=1, median_tokens=600, sigma=0.25)],
+        max_response_tokens=4096,
+    ),
+    "high_variance": WorkloadConfig(
+        name="high_variance",
+        samples_per_step=256,
+        components=[
+            _short_qa(0.7),
+            LengthComponent(
+                name="long_reasoning",
+                weight=0.3,
+                distribution=LengthDistribution.PARETO,
+                median_tokens=2500,
+                tail_index=1.2,
+            ),
+        ],
+        max_response_tokens=16384,
+    ),
+    "growing_lengths": WorkloadConfig(
+        name="growing_lengths",
+        samples_per_step=256,
+        components=[
+            _short_qa(0.6),
+            LengthComponent(
+                name="long_reasoning",
+                weight=0.4,
+                distribution=LengthDistribution.LOGNORMAL,
+                median_tokens=2000,
+                sigma=0.6,
+            ),
+        ],
+        max_response_tokens=16384,
+        length_growth_per_step=0.02,
+    ),
+    "regime_switch": WorkloadConfig(
+        name="regime_switch",
+        samples_per_step=256,
+        components=[
+            _short_qa(0.8),
+            LengthComponent(
+                name="long_reasoning",
+                weight=0.2,
+                distribution=LengthDistribution.PARETO,
+                median_tokens=2500,
+                tail_index=1.5,
+            ),
+        ],
+        max_response_tokens=16384,
+        regime_switches=[RegimeSwitch(at_step=50, component_weights=[0.4, 0.6])],
+    ),
+}
+
+
+def preset(name: str) -> WorkloadConfig:
+    if name not in PRESETS:
+        raise ValueError(f"unknown workload preset {name!r}; known: {', '.join(PRESETS)}")
+    return PRESETS[name]
+
+
+def resolve_workload_spec(value: Any) -> Any:
+    """Accept a preset name, `{preset: NAME, <overrides>}` or a full config mapping."""
+    if isinstance(value, str):
+        return preset(value)
+    if isinstance(value, dict) and "preset" in value:
+        overrides = {k: v for k, v in value.items() if k != "preset"}
+        return {**preset(str(value["preset"])).model_dump(), **overrides}
+    return value

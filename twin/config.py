@@ -1,0 +1,287 @@
+"""The scenario a twin run simulates: cluster, model, workload, costs, pipeline and policies.
+
+Everything is a pydantic model with units in field names and a description per field, loaded from
+YAML with `yaml.safe_load`. Validation happens when the config is built, so a bad topology, a
+negative bandwidth or a memory-infeasible candidate fails before anything is simulated, with one
+`ConfigError` line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from dynaresize.policies.registry import PolicyConfig
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import StrategyName
+from dynaresize.traces.synthetic import WorkloadConfig, resolve_workload_spec
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .costs import CostModels
+from .costs.memory import ModelConfig, check_candidate
+
+__all__ = [
+    "ClusterConfig",
+    "ConfigError",
+    "InFlightHandling",
+    "ModelConfig",
+    "PipelineConfig",
+    "PipelineMode",
+    "ScenarioConfig",
+    "SimulationConfig",
+    "format_validation_error",
+    "load_config",
+    "load_yaml_mapping",
+]
+
+
+class ConfigError(ValueError):
+    """A user's config is wrong. The message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _parse_allocation(value: Any) -> Any:
+    if isinstance(value, str):
+        return Allocation.parse(value)
+    return value
+
+
+class ClusterConfig(_Strict):
+    """The GPUs, how they are linked and the train:rollout splits the run may use."""
+
+    gpus_per_node: int = Field(ge=1, description="GPUs in each node.")
+    num_nodes: int = Field(default=1, ge=1, description="Nodes in the cluster.")
+    intra_node_bandwidth_gbps: float = Field(
+        gt=0, description="GPU-to-GPU bandwidth inside a node, in gigabytes per second."
+    )
+    inter_node_bandwidth_gbps: float = Field(
+        default=25.0, gt=0, description="Bandwidth between nodes, in gigabytes per second."
+    )
+    gpu_memory_gb: float = Field(gt=0, description="Memory of one GPU (GB).")
+    usable_memory_fraction: float = Field(
+        default=0.92,
+        gt=0,
+        le=1,
+        description="Share of GPU memory a framework can actually use (the rest is runtime, "
+        "fragmentation and communicator buffers).",
+    )
+    candidate_topologies: list[Allocation] = Field(
+        min_length=1, description="Train:rollout splits the run may use, written as '6:2'."
+    )
+    rollout_tensor_parallel_size: int = Field(
+        default=1, ge=1, description="GPUs per rollout engine replica (tensor parallel size)."
+    )
+    initial_allocation: Allocation = Field(description="Split the run starts on, e.g. '6:2'.")
+
+    @field_validator("candidate_topologies", mode="before")
+    @classmethod
+    def _parse_candidates(cls, value: Any) -> Any:
+        return [_parse_allocation(x) for x in value] if isinstance(value, list) else value
+
+    @field_validator("initial_allocation", mode="before")
+    @classmethod
+    def _parse_initial(cls, value: Any) -> Any:
+        return _parse_allocation(value)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    @property
+    def usable_gpu_memory_gb(self) -> float:
+        return self.gpu_memory_gb * self.usable_memory_fraction
+
+    def weight_sync_bandwidth_gbps(self) -> float:
+        """Trainer-to-rollout sync stays inside a node only when there is one node."""
+        return (
+            self.intra_node_bandwidth_gbps
+            if self.num_nodes == 1
+            else self.inter_node_bandwidth_gbps
+        )
+
+    def num_rollout_replicas(self, allocation: Allocation) -> int:
+        return allocation.rollout_gpus // self.rollout_tensor_parallel_size
+
+    @model_validator(mode="after")
+    def _topologies_possible(self) -> ClusterConfig:
+        seen: set[str] = set()
+        for i, cand in enumerate(self.candidate_topologies):
+            where = f"candidate_topologies[{i}] {cand.label}"
+            if cand.label in seen:
+                raise ValueError(f"{where} is listed twice")
+            seen.add(cand.label)
+            if cand.total_gpus != self.total_gpus:
+                raise ValueError(
+                    f"{where} uses {cand.total_gpus} GPUs but the cluster has {self.total_gpus} "
+                    f"({self.num_nodes} node(s) x {self.gpus_per_node}); every split must use all"
+                )
+            if cand.rollout_gpus % self.rollout_tensor_parallel_size:
+                raise ValueError(
+                    f"{where}: {cand.rollout_gpus} rollout GPUs are not divisible by "
+                    f"rollout_tensor_parallel_size {self.rollout_tensor_parallel_size}"
+                )
+        if self.initial_allocation.label not in seen:
+            raise ValueError(
+                f"initial_allocation {self.initial_allocation.label} is not among "
+                f"candidate_topologies ({', '.join(sorted(seen))})"
+            )
+        return self
+
+
+class PipelineMode(str, Enum):
+    SYNC = "sync"
+    """Rollout of batch k, then training on it, then weight sync: nothing overlaps."""
+    ONE_STEP_OFF = "one_step_off"
+    """Rollout of batch k+1 overlaps training on batch k, then weights sync (veRL's baseline)."""
+    ASYNC = "async"
+    """Rollout streams batches back to back, at most `max_staleness_steps` weight versions old."""
+
+
+class InFlightHandling(str, Enum):
+    DRAIN = "drain"
+    """A resize waits for the rollout batch in flight to finish on the old allocation."""
+    ABORT = "abort"
+    """A resize aborts the rollout batch in flight; it is regenerated on the new allocation."""
+
+
+class PipelineConfig(_Strict):
+    """How rollout and training overlap, and how a resize treats work in flight."""
+
+    mode: PipelineMode = Field(
+        default=PipelineMode.ONE_STEP_OFF, description="sync, one_step_off or async."
+    )
+    max_staleness_steps: int = Field(
+        default=1,
+        ge=0,
+        description="Async only: a batch may be generated with weights at most this many "
+        "versions behind the step that trains on it.",
+    )
+    in_flight: InFlightHandling = Field(
+        default=InFlightHandling.DRAIN,
+        description="Async only: drain or abort the rollout batch in flight when resizing.",
+    )
+    resize_strategy: StrategyName = Field(
+        default=StrategyName.OVERLAPPED,
+        description="How a resize is carried out: stop_and_rebuild or overlapped.",
+    )
+
+
+class SimulationConfig(_Strict):
+    """Length, seed and bookkeeping of one simulated run."""
+
+    num_steps: int = Field(default=100, ge=1, description="Training steps to simulate.")
+    seed: int = Field(default=0, ge=0, description="Seed of the synthetic workload.")
+    thrash_window_steps: int = Field(
+        default=10,
+        ge=1,
+        description="A resize undone within this many steps counts as thrashing (same for "
+        "every policy).",
+    )
+    observation_window_steps: int = Field(
+        default=5,
+        ge=1,
+        description="Recent steps a policy sees, and over which per-candidate step times are "
+        "predicted.",
+    )
+    baseline_allocation: Allocation | None = Field(
+        default=None,
+        description="A named static split to report speedup against (e.g. the paper's 6:2), "
+        "besides the best static split.",
+    )
+
+    @field_validator("baseline_allocation", mode="before")
+    @classmethod
+    def _parse_baseline(cls, value: Any) -> Any:
+        return _parse_allocation(value)
+
+
+class ScenarioConfig(_Strict):
+    """Everything one twin run needs."""
+
+    name: str = Field(default="scenario", description="Name shown in tables and plots.")
+    cluster: ClusterConfig = Field(description="GPUs, links and candidate splits.")
+    model: ModelConfig = Field(description="Model size and bytes per parameter of its state.")
+    workload: WorkloadConfig = Field(
+        description="Synthetic workload: a preset name, a preset with overrides "
+        "({preset: NAME, ...}) or a full workload config."
+    )
+    costs: CostModels = Field(
+        default_factory=CostModels, description="Cost-model parameters (override any subset)."
+    )
+    pipeline: PipelineConfig = Field(
+        default_factory=PipelineConfig, description="Pipeline mode and resize handling."
+    )
+    simulation: SimulationConfig = Field(
+        default_factory=SimulationConfig, description="Steps, seed and bookkeeping."
+    )
+    policies: list[PolicyConfig] = Field(
+        default_factory=list, description="Policies to compare (each with a `kind`)."
+    )
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _resolve_workload(cls, value: Any) -> Any:
+        return resolve_workload_spec(value)
+
+    @model_validator(mode="after")
+    def _check(self) -> ScenarioConfig:
+        for cand in self.cluster.candidate_topologies:
+            check = check_candidate(
+                self.model,
+                label=cand.label,
+                train_gpus=cand.train_gpus,
+                tensor_parallel_size=self.cluster.rollout_tensor_parallel_size,
+                usable_gpu_memory_gb=self.cluster.usable_gpu_memory_gb,
+            )
+            if not check.feasible:
+                raise ValueError(check.explain())
+        base = self.simulation.baseline_allocation
+        labels = {c.label for c in self.cluster.candidate_topologies}
+        if base is not None and base.label not in labels:
+            raise ValueError(
+                f"simulation.baseline_allocation {base.label} is not among candidate_topologies"
+            )
+        return self
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    """One line naming the file and, per problem, the dotted field path."""
+    parts = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ()))
+        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return f"{source}: " + "; ".join(parts)
+
+
+def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """Read a YAML file that must hold a mapping; every failure is a ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
+    return data
+
+
+def load_config(path: str | Path) -> ScenarioConfig:
+    """Load and validate a scenario from YAML; raises ConfigError naming file and field."""
+    data = load_yaml_mapping(path)
+    try:
+        return ScenarioConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(path))) from None

@@ -1,0 +1,83 @@
+"""Cost models of the twin, pure and vectorised, with every parameter in a pydantic model.
+
+`CostModels` gathers the parameters of the four models (rollout, train, weight sync, resize) so a
+scenario carries them as one field and a calibration can write them as one file. `load_costs`
+reads a YAML file that overrides any subset of them (`--costs costs.yaml`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dynaresize.policies.types import CostSource
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .resize import ResizeCostParams
+from .rollout import RolloutCostParams
+from .sync import SyncCostParams
+from .train import TrainCostParams
+
+__all__ = [
+    "CostModels",
+    "ResizeCostParams",
+    "RolloutCostParams",
+    "SyncCostParams",
+    "TrainCostParams",
+    "deep_merge",
+    "load_costs",
+]
+
+
+class CostModels(BaseModel):
+    """Parameters of every cost model the twin uses."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    rollout: RolloutCostParams = Field(
+        default_factory=RolloutCostParams, description="Rollout stage (continuous batching)."
+    )
+    train: TrainCostParams = Field(
+        default_factory=TrainCostParams, description="Training stage and optimizer step."
+    )
+    sync: SyncCostParams = Field(
+        default_factory=SyncCostParams, description="Trainer-to-rollout weight sync."
+    )
+    resize: ResizeCostParams = Field(
+        default_factory=ResizeCostParams, description="Resize phase DAGs of both strategies."
+    )
+    cost_source: CostSource = Field(
+        default=CostSource.MODEL,
+        description="Where these parameters come from (model defaults or a calibration); "
+        "policies see it in their observations.",
+    )
+
+    def with_overrides(self, overrides: dict[str, Any]) -> CostModels:
+        """A copy with `overrides` merged in field by field (nested mappings merge too)."""
+        merged = deep_merge(self.model_dump(mode="json"), overrides)
+        return CostModels.model_validate(merged)
+
+
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_costs(path: str | Path, base: CostModels | None = None) -> CostModels:
+    """Cost parameters from a YAML file overriding any subset of `base` (defaults if None).
+
+    A file that does not say otherwise is taken as calibrated: that is what such files are for.
+    """
+    from dynaresize.twin.config import ConfigError, format_validation_error, load_yaml_mapping
+
+    overrides = load_yaml_mapping(path)
+    overrides.setdefault("cost_source", CostSource.CALIBRATED.value)
+    try:
+        return (base or CostModels()).with_overrides(overrides)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(path))) from None

@@ -1,0 +1,71 @@
+"""Training stage cost: tokens over the training GPUs with a scaling-efficiency curve, plus the
+optimizer step on each GPU's shard.
+
+    train_s = fixed_overhead_s
+            + tokens * s_per_token_one_gpu / (n * efficiency(n))
+            + optimizer_s_per_gb_shard * optimizer_state_gb / n
+
+with `efficiency(n) = scaling_efficiency_per_doubling ** log2(n)`: every doubling of data-parallel
+GPUs keeps that share of linear speedup (communication and load imbalance eat the rest).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .memory import ModelConfig
+
+
+class TrainCostParams(BaseModel):
+    """Parameters of the training stage (forward, backward, log-probs and optimizer step)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+    s_per_token_one_gpu: float = Field(
+        default=2.0e-4,
+        ge=0,
+        description="Seconds one GPU needs per prompt-plus-response token for the whole update "
+        "(log-prob passes, forward and backward).",
+    )
+    scaling_efficiency_per_doubling: float = Field(
+        default=0.95,
+        gt=0,
+        le=1,
+        description="Share of linear speedup kept per doubling of training GPUs.",
+    )
+    fixed_overhead_s: float = Field(
+        default=1.0, ge=0, description="Per-step seconds that do not shrink with GPUs."
+    )
+    optimizer_s_per_gb_shard: float = Field(
+        default=0.05,
+        ge=0,
+        description="Seconds of the optimizer step per GB of master-plus-optimizer state a GPU "
+        "holds.",
+    )
+
+
+def scaling_efficiency(num_gpus: int | np.ndarray, params: TrainCostParams) -> np.ndarray:
+    return params.scaling_efficiency_per_doubling ** np.log2(np.asarray(num_gpus, dtype=float))
+
+
+def optimizer_step_s(*, train_gpus: int, model: ModelConfig, params: TrainCostParams) -> float:
+    return params.optimizer_s_per_gb_shard * model.optimizer_state_gb / train_gpus
+
+
+def train_stage_s(
+    tokens: np.ndarray | float,
+    *,
+    train_gpus: int,
+    model: ModelConfig,
+    params: TrainCostParams,
+) -> np.ndarray:
+    """Seconds of the training stage for each entry of `tokens` (vectorised)."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    efficiency = float(scaling_efficiency(train_gpus, params))
+    compute_s = tokens * params.s_per_token_one_gpu / (train_gpus * efficiency)
+    return (
+        params.fixed_overhead_s
+        + compute_s
+        + optimizer_step_s(train_gpus=train_gpus, model=model, params=params)
+    )
