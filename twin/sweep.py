@@ -1,0 +1,392 @@
+"""Sweeps: many twin runs over a space of settings, as one tidy table.
+
+    table = run_sweep(
+        config,
+        params=["policy.cooldown_steps=5,10,20", "policy.up_threshold=0.1,0.2"],
+        seeds=3,
+        workloads=["high_variance", "growing_lengths"],
+        out="runs/sweep1",
+    )
+
+The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweep_space`),
+times workloads (presets) or traces, times seeds, times every configured policy that has the
+swept knobs. Each run is a task keyed by a hash of its resolved config, workload and seed; its
+static baselines and offline optimum form a separate task keyed without the policy, so they are
+computed once per workload and seed and shared. Tasks run in local processes on all cores
+(`concurrent.futures`), or on a Ray cluster when `ray_address` is given (Ray's multiprocessing
+pool); both hand back results in submission order, so the table is the same either way. Finished
+runs are cached under `out/cache/`, so a repeated or extended sweep only runs what is new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from .config import ConfigError, ScenarioConfig
+from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run
+from .sweep_space import (
+    Scalar,
+    SweepParam,
+    apply_overrides,
+    canonical,
+    grid_points,
+    parse_param,
+    policies_with_fields,
+    random_points,
+)
+from .sweep_store import ResultCache
+
+SWEEP_FORMAT_VERSION = 1
+"""Part of every key: bump it when what a run computes changes, and old caches stop matching."""
+RESULTS_FILENAME = "results.parquet"
+SPEC_FILENAME = "sweep.json"
+TASKS_PER_WORKER_CHUNK = 8
+"""Chunks per worker: large enough to amortise dispatch, small enough to balance the load."""
+
+
+@dataclass(frozen=True)
+class WorkloadSource:
+    """Where a run's workload comes from: a preset, a trace file, or the config's own."""
+
+    label: str
+    preset: str | None = None
+    trace_path: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One row of the table before it has run: its coordinates and its task keys."""
+
+    point: dict[str, Scalar]
+    policy_index: int
+    policy_kind: str
+    source: WorkloadSource
+    seed: int
+    run: RunTask
+    baseline: BaselineTask
+
+
+@dataclass
+class SweepPlan:
+    """Every run of a sweep and the distinct baselines they need, in a fixed order."""
+
+    param_paths: list[str]
+    runs: list[PlannedRun] = field(default_factory=list)
+
+    def baselines(self) -> list[BaselineTask]:
+        unique: dict[str, BaselineTask] = {}
+        for run in self.runs:
+            unique.setdefault(run.baseline.key, run.baseline)
+        return list(unique.values())
+
+
+def _digest(payload: Any) -> str:
+    text = json.dumps(canonical(payload), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def _file_digest(path: Path) -> str:
+    """Content hash of a trace (a file or a Parquet directory), so an edited trace reruns."""
+    sha = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        sha.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        sha.update(f.read_bytes())
+    return sha.hexdigest()[:20]
+
+
+def _sources(
+    workloads: Sequence[str] | None, traces: Sequence[str | os.PathLike] | None
+) -> list[WorkloadSource]:
+    sources = [WorkloadSource(label=str(w), preset=str(w)) for w in workloads or ()]
+    for t in traces or ():
+        path = Path(t)
+        if not path.exists():
+            raise FileNotFoundError(2, "trace not found", str(path))
+        sources.append(WorkloadSource(label=path.name, trace_path=str(path.resolve())))
+    return sources or [WorkloadSource(label="config")]
+
+
+def _seeds(seeds: int | Sequence[int]) -> list[int]:
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise ConfigError(f"seeds must be at least 1, got {seeds}")
+        return list(range(seeds))
+    values = [int(s) for s in seeds]
+    if not values or len(set(values)) != len(values) or min(values) < 0:
+        raise ConfigError(f"seeds {values} must be distinct non-negative integers, at least one")
+    return values
+
+
+def _base_config(
+    config: ScenarioConfig, source: WorkloadSource, seed: int, trace_steps: int | None
+) -> ScenarioConfig:
+    """The config for one workload and seed: preset swapped in, seed and length set."""
+    data = config.model_dump(mode="json")
+    if source.preset is not None:
+        data["workload"] = source.preset
+    data["simulation"]["seed"] = seed
+    if trace_steps is not None:
+        data["simulation"]["num_steps"] = trace_steps
+    try:
+        return ScenarioConfig.model_validate(data)
+    except ValueError as err:
+        raise ConfigError(f"workload {source.label}: {err}") from None
+
+
+def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
+    if source.trace_path is None:
+        return None, None
+    from .sweep_eval import workload_for
+
+    workload = workload_for(None, source.trace_path, 0)  # type: ignore[arg-type]
+    return workload.num_steps, _file_digest(Path(source.trace_path))
+
+
+def plan_sweep(
+    config: ScenarioConfig,
+    *,
+    params: Sequence[str | SweepParam] = (),
+    random: int | None = None,
+    sample_seed: int = 0,
+    seeds: int | Sequence[int] = 1,
+    workloads: Sequence[str] | None = None,
+    traces: Sequence[str | os.PathLike] | None = None,
+) -> SweepPlan:
+    """Expand the space into runs, validating every point before anything runs."""
+    parsed = [p if isinstance(p, SweepParam) else parse_param(p) for p in params]
+    points = (
+        random_points(parsed, num_samples=random, sample_seed=sample_seed)
+        if random is not None
+        else grid_points(parsed)
+    )
+    paths = [p.path for p in parsed]
+    policy_indices = policies_with_fields(config, paths)
+    plan = SweepPlan(param_paths=paths)
+    for source in _sources(workloads, traces):
+        trace_steps, trace_digest = _trace_steps(source)
+        for seed in _seeds(seeds):
+            base = _base_config(config, source, seed, trace_steps)
+            for point in points:
+                for policy_index in policy_indices:
+                    plan.runs.append(
+                        _planned_run(base, point, policy_index, source, seed, trace_digest)
+                    )
+    return plan
+
+
+def _planned_run(
+    base: ScenarioConfig,
+    point: dict[str, Scalar],
+    policy_index: int,
+    source: WorkloadSource,
+    seed: int,
+    trace_digest: str | None,
+) -> PlannedRun:
+    resolved = apply_overrides(base, point, policy_index=policy_index)
+    policy = resolved.policies[policy_index]
+    run_config = resolved.model_copy(update={"policies": [policy]})
+    baseline_config = resolved.model_copy(update={"policies": []})
+    identity = {"version": SWEEP_FORMAT_VERSION, "trace": trace_digest, "seed": seed}
+    run_key = _digest({**identity, "config": run_config})
+    baseline_key = _digest({**identity, "config": baseline_config, "what": "baseline"})
+    return PlannedRun(
+        point=dict(point),
+        policy_index=policy_index,
+        policy_kind=str(getattr(policy.kind, "value", policy.kind)),
+        source=source,
+        seed=seed,
+        run=RunTask(run_key, run_config.model_dump_json(), source.trace_path, seed),
+        baseline=BaselineTask(
+            baseline_key, baseline_config.model_dump_json(), source.trace_path, seed
+        ),
+    )
+
+
+def _chunksize(num_tasks: int, num_workers: int) -> int:
+    return max(1, math.ceil(num_tasks / (num_workers * TASKS_PER_WORKER_CHUNK)))
+
+
+@contextlib.contextmanager
+def _mapper(
+    *, jobs: int, ray_address: str | None
+) -> Iterator[Callable[[Callable, list], Iterable]]:
+    """An ordered `map(fn, tasks)` over the chosen engine; ordered results keep the table
+    deterministic whichever worker finished first."""
+    if ray_address is not None:
+        import ray
+        from ray.util.multiprocessing import Pool
+
+        if not ray.is_initialized():
+            ray.init(address=None if ray_address == "local" else ray_address, log_to_driver=False)
+        pool = Pool(processes=jobs or None)
+        workers = pool._processes if hasattr(pool, "_processes") else max(1, jobs)
+        try:
+            yield lambda fn, tasks: pool.imap(fn, tasks, chunksize=_chunksize(len(tasks), workers))
+        finally:
+            pool.terminate()
+        return
+    if jobs == 1:
+        yield map
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as executor:
+        yield lambda fn, tasks: executor.map(fn, tasks, chunksize=_chunksize(len(tasks), jobs))
+
+
+def _execute(
+    fn: Callable[[Any], dict],
+    tasks: list,
+    cache: ResultCache,
+    *,
+    mapper: Callable[[Callable, list], Iterable],
+    progress: bool,
+    desc: str,
+) -> None:
+    todo = [t for t in tasks if t.key not in cache]
+    if not todo:
+        return
+    try:
+        results = mapper(fn, todo)
+        for row in tqdm(results, total=len(todo), desc=desc, disable=not progress, unit="run"):
+            cache.add(row)
+    finally:
+        cache.flush()
+
+
+def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.DataFrame:
+    rows = []
+    for planned in plan.runs:
+        run = runs.get(planned.run.key)
+        base = baselines.get(planned.baseline.key)
+        total_s = float(run["total_time_s"])
+        optimum_s = float(base["offline_optimal_time_s"])
+        rows.append(
+            {
+                **{path: planned.point.get(path) for path in plan.param_paths},
+                "policy": planned.policy_kind,
+                "policy_index": planned.policy_index,
+                "workload": planned.source.label,
+                "seed": planned.seed,
+                **{k: v for k, v in run.items() if k != "key"},
+                "best_static_allocation": base["best_static_allocation"],
+                "best_static_time_s": float(base["best_static_time_s"]),
+                "speedup": float(base["best_static_time_s"]) / total_s,
+                "offline_optimal_time_s": optimum_s,
+                "regret_s": total_s - optimum_s,
+                "regret_frac": (total_s - optimum_s) / optimum_s,
+                "run_key": planned.run.key,
+                "baseline_key": planned.baseline.key,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _load_config(config: ScenarioConfig | str | os.PathLike) -> ScenarioConfig:
+    if isinstance(config, ScenarioConfig):
+        return config
+    from .config import load_config
+
+    return load_config(config)
+
+
+def _with_costs(config: ScenarioConfig, costs: Any) -> ScenarioConfig:
+    """Calibrated costs (a CostModels or a YAML file of them) replace the config's own."""
+    if costs is None:
+        return config
+    from .costs import CostModels, load_costs
+
+    models = costs if isinstance(costs, CostModels) else load_costs(costs, base=config.costs)
+    return config.model_copy(update={"costs": models})
+
+
+def run_sweep(
+    config: ScenarioConfig | str | os.PathLike,
+    *,
+    params: Sequence[str | SweepParam] = (),
+    random: int | None = None,
+    sample_seed: int = 0,
+    seeds: int | Sequence[int] = 1,
+    workloads: Sequence[str] | None = None,
+    traces: Sequence[str | os.PathLike] | None = None,
+    costs: Any = None,
+    out: str | os.PathLike | None = None,
+    jobs: int | None = None,
+    ray_address: str | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Run (or resume) a sweep and return its table, one row per run.
+
+    Columns: one per swept parameter (named by its dotted path), `policy`, `workload`, `seed`,
+    the run's measures (`total_time_s`, `num_resizes`, `thrash_count`, ...), the shared baseline
+    (`best_static_allocation`, `best_static_time_s`, `offline_optimal_time_s`), and
+    `speedup` (best static time over this run's time) and `regret_s`/`regret_frac` (time over
+    the offline optimum). With `out`, the table goes to `out/results.parquet` and finished runs
+    are cached there; `jobs` defaults to every core (1 runs in this process).
+    """
+    base = _with_costs(_load_config(config), costs)
+    plan = plan_sweep(
+        base,
+        params=params,
+        random=random,
+        sample_seed=sample_seed,
+        seeds=seeds,
+        workloads=workloads,
+        traces=traces,
+    )
+    out_dir = Path(out) if out is not None else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    num_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    if num_jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {num_jobs}")
+    runs_cache = ResultCache(out_dir, "runs")
+    baselines_cache = ResultCache(out_dir, "baselines")
+    with _mapper(jobs=num_jobs, ray_address=ray_address) as mapper:
+        _execute(
+            evaluate_baseline,
+            plan.baselines(),
+            baselines_cache,
+            mapper=mapper,
+            progress=progress,
+            desc="baselines",
+        )
+        _execute(
+            evaluate_run,
+            [p.run for p in plan.runs],
+            runs_cache,
+            mapper=mapper,
+            progress=progress,
+            desc="runs",
+        )
+    table = _table(plan, runs_cache, baselines_cache)
+    if out_dir is not None:
+        _write_outputs(out_dir, table, base, plan)
+    return table
+
+
+def _write_outputs(
+    out_dir: Path, table: pd.DataFrame, config: ScenarioConfig, plan: SweepPlan
+) -> None:
+    staging = out_dir / f".{RESULTS_FILENAME}.tmp"
+    table.to_parquet(staging, index=False)
+    staging.rename(out_dir / RESULTS_FILENAME)
+    spec = {
+        "format_version": SWEEP_FORMAT_VERSION,
+        "params": plan.param_paths,
+        "num_runs": len(plan.runs),
+        "num_baselines": len(plan.baselines()),
+        "config": config.model_dump(mode="json"),
+    }
+    (out_dir / SPEC_FILENAME).write_text(json.dumps(spec, indent=2))
