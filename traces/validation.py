@@ -242,14 +242,18 @@ def _check_roles(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Ser
     out = np.empty(len(vals), dtype=object)
     bad = np.zeros(len(vals), dtype=bool)
     reasons: dict[int, str] = {}
+    checked: dict[tuple, bool] = {}  # role maps repeat across steps; check each one once
     for i, v in enumerate(vals):
-        items = list(v) if isinstance(v, list | tuple | np.ndarray) else None
-        if items is None or any(not isinstance(x, str) or x not in valid for x in items):
+        items = tuple(v) if isinstance(v, list | tuple | np.ndarray) else None
+        ok = items is not None and checked.get(items)
+        if ok is None:
+            ok = checked[items] = all(isinstance(x, str) and x in valid for x in items)
+        if ok:
+            out[i] = list(items)
+        else:
             bad[i] = True
             reasons[i] = f"expected a list of roles {sorted(valid)}, got {_describe(v)}"
             out[i] = []
-        else:
-            out[i] = items
     problems.add(bad, spec.name, lambda i: reasons[i])
     return pd.Series(out, index=col.index, dtype=object)
 
