@@ -1,0 +1,14 @@
+"""The RL core: a model builder, the project's own KV-cached sampler, a long-tail task, GRPO.
+
+Everything here runs in one process on CPU or one GPU; `dynaresize.executor` distributes it over
+Ray workers. The pieces are small on purpose so that a worker can call just the one it needs:
+
+- `model`:   `ModelSpec` -> a Hugging Face causal LM built from a config (never downloaded).
+- `engine`:  the `RolloutEngine` protocol and its request/result types.
+- `sampler`: `KVCacheSampler`, the project's engine (static KV cache, shrinking active batch,
+             per-sample counter-based seeding, CUDA graphs on CUDA); `HFGenerateEngine`, the
+             Hugging Face `generate` baseline.
+- `task`:    `RepeatTask`, prompts whose correct answers have heavy-tailed lengths, and its checker.
+- `grpo`:    pure advantage and loss functions; the optimizer step is the caller's.
+- `loop`:    build a rollout batch for step k, train on a batch, and a loop of both.
+"""

@@ -1,0 +1,98 @@
+"""The rollout-engine interface: what a trainer-side driver needs from any generator.
+
+The project's own `KVCacheSampler` implements it; a vLLM or SGLang engine can implement it later
+without the driver changing. Requests carry their identity (prompt id, sample index) so that an
+engine can seed each sample from it and the driver can trace every sample back to its prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingParams(BaseModel):
+    """How to sample. `temperature == 0` means greedy decoding."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    temperature: float = Field(default=1.0, ge=0, description="Softmax temperature; 0 is greedy.")
+    top_p: float = Field(
+        default=1.0, gt=0, le=1, description="Nucleus sampling: smallest token set with this mass."
+    )
+    max_new_tokens: int = Field(
+        default=128, ge=1, description="Cap on generated tokens per sample."
+    )
+    eos_token_id: int | None = Field(
+        default=None, description="Token that ends a sample; None generates max_new_tokens always."
+    )
+    seed: int = Field(default=0, ge=0, description="Run seed; part of every sample's random key.")
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One sample to generate. (prompt_id, sample_index) must be unique within a call."""
+
+    prompt_id: int
+    sample_index: int
+    prompt_token_ids: tuple[int, ...]
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # the end-of-sequence token was generated (and is included in the tokens)
+    LENGTH = "length"  # max_new_tokens was reached
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """One finished sample. `finish_s` is measured from the start of the `generate` call."""
+
+    prompt_id: int
+    sample_index: int
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason
+    finish_s: float
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass
+class GenerationOutput:
+    """The results of one `generate` call, in request order, with its timings."""
+
+    results: list[GenerationResult]
+    wall_s: float
+    prefill_s: float
+    decode_s: float
+    active_batch_per_step: list[int] = field(default_factory=list)  # rows each decode step ran
+
+    @property
+    def num_generated_tokens(self) -> int:
+        return sum(result.num_tokens for result in self.results)
+
+
+Weights = Mapping[str, torch.Tensor] | torch.Tensor
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Generates samples for a batch of requests and takes new weights between calls."""
+
+    def generate(
+        self, requests: Sequence[GenerationRequest], params: SamplingParams, *, step: int
+    ) -> GenerationOutput:
+        """Generate every request. `step` is the training step the batch is for; with
+        `params.seed`, `prompt_id` and `sample_index` it keys each sample's randomness."""
+        ...
+
+    def load_weights(self, weights: Weights) -> None:
+        """Replace the weights: a state dict (names as in `named_parameters`) or one flat tensor
+        in `named_parameters` order (see `model.flatten_parameters`)."""
+        ...
