@@ -112,9 +112,12 @@ class HysteresisPolicy:
             self._streak_direction, self._streak_count = direction, 1
 
     def _cooldown_left(self, step: int) -> int:
+        """Boundaries of cooldown left, this one included (it covers the `cooldown_steps`
+        boundaries right after the resize)."""
         if self._last_resize_step is None:
             return 0
-        return max(0, self.config.cooldown_steps - (step - self._last_resize_step))
+        boundaries_since = step - self._last_resize_step
+        return max(0, self.config.cooldown_steps - boundaries_since + 1)
 
     def decide(self, obs: StepObservation) -> Decision:
         cfg = self.config
