@@ -1,0 +1,126 @@
+"""Stage-cost fitting recovers the parameters that generated a trace, and says what it assumed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import typer
+from analysis_traces import lognormal_workload, trace_from_costs
+from dynaresize.traces.io import write_trace
+from dynaresize.twin.costs import CostModels, load_costs
+from dynaresize.twin.costs.memory import ModelConfig
+from dynaresize.twin.fit import FitError, fit_costs
+from typer.testing import CliRunner
+
+from dynaresize.commands import calibrate as calibrate_command
+
+MODEL = ModelConfig(num_params_b=8)
+TRUE = CostModels().with_overrides(
+    {
+        "rollout": {
+            "decode_base_s_per_iter": 0.021,
+            "decode_s_per_active_seq": 2.4e-4,
+            "prefill_s_per_token": 8e-5,
+        },
+        "train": {
+            "s_per_token_one_gpu": 3.1e-4,
+            "scaling_efficiency_per_doubling": 0.9,
+            "fixed_overhead_s": 2.0,
+            "optimizer_s_per_gb_shard": 0.08,
+        },
+        "sync": {"latency_s": 1.7},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def workload():
+    return lognormal_workload(90, 48, seed=3, growth=1.0)
+
+
+def test_noise_free_trace_recovers_rollout_and_sync(workload):
+    trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6)
+    fit = fit_costs([trace], model=MODEL, sync_bandwidth_gbps=400.0)
+    for name in ("decode_base_s_per_iter", "decode_s_per_active_seq", "prefill_s_per_token"):
+        assert getattr(fit.costs.rollout, name) == pytest.approx(
+            getattr(TRUE.rollout, name), rel=1e-4
+        )
+    assert fit.stage("rollout").r2 == pytest.approx(1.0, abs=1e-9)
+    assert fit.costs.sync.latency_s == pytest.approx(1.7, rel=1e-9)
+    assert fit.costs.cost_source.value == "calibrated"
+
+
+def test_one_allocation_holds_scaling_and_says_so(workload):
+    trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6)
+    base = CostModels()
+    fit = fit_costs([trace], base=base, model=MODEL, sync_bandwidth_gbps=400.0)
+    train = fit.stage("train")
+    assert train.r2 == pytest.approx(1.0, abs=1e-6)
+    assert (
+        fit.costs.train.scaling_efficiency_per_doubling
+        == base.train.scaling_efficiency_per_doubling
+    )
+    assert any("one training allocation (6 GPUs)" in a for a in train.assumptions)
+    assert any("scaling efficiency held at" in line for line in fit.report_lines())
+    # it still predicts the measured allocation exactly
+    np.testing.assert_allclose(train.predicted_s, train.measured_s, rtol=1e-6)
+
+
+def test_several_allocations_recover_the_scaling_curve(workload):
+    gpus = np.repeat([6, 4, 2], 30)
+    trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=gpus)
+    fit = fit_costs([trace], model=MODEL, sync_bandwidth_gbps=400.0)
+    for name in type(TRUE.train).model_fields:
+        assert getattr(fit.costs.train, name) == pytest.approx(
+            getattr(TRUE.train, name), rel=1e-3
+        ), name
+    assert any("3 training allocations" in a for a in fit.stage("train").assumptions)
+    # rollout with several replica counts too
+    assert fit.costs.rollout.decode_s_per_active_seq == pytest.approx(2.4e-4, rel=1e-4)
+
+
+def test_noisy_trace_reports_quality(workload):
+    trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6, noise=0.05)
+    fit = fit_costs([trace], model=MODEL, sync_bandwidth_gbps=400.0)
+    rollout = fit.stage("rollout")
+    assert 0.5 < rollout.r2 < 1.0
+    assert rollout.rmse_s > 0
+    assert len(rollout.residuals_s) == workload.num_steps
+    assert fit.costs.rollout.decode_base_s_per_iter == pytest.approx(0.021, rel=0.15)
+
+
+def test_too_few_steps_is_a_clear_error():
+    small = lognormal_workload(2, 8)
+    trace = trace_from_costs(small, costs=TRUE, model=MODEL, train_gpus=6)
+    with pytest.raises(FitError, match="at least 3"):
+        fit_costs([trace], model=MODEL, sync_bandwidth_gbps=400.0)
+
+
+def _cli():
+    app = typer.Typer(pretty_exceptions_enable=False)
+    calibrate_command.register(app)
+    app.command("noop")(lambda: None)  # keeps `calibrate` a subcommand of a multi-command app
+    return app
+
+
+def test_calibrate_writes_costs_that_load(tmp_path, workload):
+    path = tmp_path / "trace"
+    write_trace(path, trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6))
+    out = tmp_path / "costs.yaml"
+    result = CliRunner().invoke(_cli(), ["calibrate", "--trace", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rollout: R²=1.000" in result.output
+    assert "scaling efficiency held at" in result.output
+    costs = load_costs(out)
+    assert costs.cost_source.value == "calibrated"
+    assert costs.rollout.decode_base_s_per_iter == pytest.approx(0.021, rel=1e-4)
+
+
+def test_calibrate_bad_input_exits_2_without_output(tmp_path):
+    out = tmp_path / "costs.yaml"
+    result = CliRunner().invoke(
+        _cli(), ["calibrate", "--trace", str(tmp_path / "missing.jsonl"), "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "error:" in result.output and "Traceback" not in result.output
+    assert not out.exists()

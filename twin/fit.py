@@ -1,0 +1,497 @@
+"""Stage-cost fitting: the twin's cost-model parameters from a trace's own measurements.
+
+Each stage has one fitter that takes the measured steps (and the per-sample workload) and returns
+new parameters with the fit quality (R², residuals) and the assumptions it had to make:
+
+- rollout: `decode_base_s_per_iter`, `decode_s_per_active_seq` and `prefill_s_per_token` by
+  bounded nonlinear least squares (scipy) on the very model the twin runs. For every step and
+  replica, the counts the model needs (prefill tokens, decode iterations, active-sequence
+  iterations) do not depend on those three parameters, so they are computed once; the stage time
+  is then the slowest replica's linear combination of them. Decode concurrency is held at the
+  configured KV capacity: per-step times cannot tell it apart from the other parameters.
+- train: time against tokens, and against the number of training GPUs when the trace shows
+  several allocations. With one allocation the scaling curve cannot be seen, so its efficiency is
+  held at the configured value and that assumption is printed.
+- sync: the fixed latency (and, if needed, the per-GB rate) so that the model's sync time matches
+  the median measured one for the model's weights over the configured link.
+
+`fit_costs` runs the fitters in order over one or more traces. It is the one place calibration
+grows: a later fitter (resize phases, from resize records) joins through `extra_fitters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from ..policies.types import CostSource
+from ..traces.io import Trace
+from ..traces.workload import Workload
+from .config import ConfigError
+from .costs import CostModels
+from .costs.memory import ModelConfig
+from .costs.rollout import RolloutCostParams, replica_seconds
+from .costs.rollout_kernels import replica_counts
+from .costs.train import TrainCostParams, scaling_efficiency, train_stage_s
+
+DEFAULT_MODEL_PARAMS_B = 8.0
+"""Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
+DEFAULT_SYNC_BANDWIDTH_GBPS = 400.0
+"""Trainer-to-rollout link assumed without a config: NVLink-class, inside one node."""
+
+
+class FitError(ConfigError):
+    """A trace that cannot determine the parameters asked of it (user input, exit code 2)."""
+
+
+@dataclass(frozen=True)
+class StageFit:
+    """One stage's fitted parameters and how well they explain the measurements."""
+
+    stage: str
+    params: dict[str, float]
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def residuals_s(self) -> np.ndarray:
+        """Measured minus predicted, per fitted step (s)."""
+        return self.measured_s - self.predicted_s
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.measured_s)
+
+    @property
+    def r2(self) -> float | None:
+        """Coefficient of determination; None when the measurements do not vary."""
+        mean = float(self.measured_s.mean()) if self.num_steps else 0.0
+        total = float(np.sum((self.measured_s - mean) ** 2))
+        if self.num_steps < 2 or total <= 1e-12 * self.num_steps * max(mean * mean, 1e-12):
+            return None
+        return 1.0 - float(np.sum(self.residuals_s**2)) / total
+
+    @property
+    def rmse_s(self) -> float:
+        return float(np.sqrt(np.mean(self.residuals_s**2))) if self.num_steps else 0.0
+
+    @property
+    def max_abs_residual_s(self) -> float:
+        return float(np.max(np.abs(self.residuals_s))) if self.num_steps else 0.0
+
+    def describe(self) -> str:
+        r2 = "n/a" if self.r2 is None else f"{self.r2:.3f}"
+        mean = float(self.measured_s.mean()) if self.num_steps else 0.0
+        return (
+            f"{self.stage}: R²={r2}, RMSE {self.rmse_s:.3g} s (mean {mean:.3g} s), "
+            f"max |residual| {self.max_abs_residual_s:.3g} s over {self.num_steps} steps"
+        )
+
+
+@dataclass(frozen=True)
+class FitInputs:
+    """Measured steps of all traces together, and the context the models need."""
+
+    steps: pd.DataFrame
+    workload: Workload
+    model: ModelConfig
+    rollout_tp_size: int
+    sync_bandwidth_gbps: float
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """The fitted cost models and one record per fitted stage."""
+
+    costs: CostModels
+    stages: list[StageFit]
+    notes: list[str]
+
+    def stage(self, name: str) -> StageFit:
+        for s in self.stages:
+            if s.stage == name:
+                return s
+        raise KeyError(name)
+
+    def report_lines(self) -> list[str]:
+        lines = [s.describe() for s in self.stages]
+        lines += [f"assumed ({s.stage}): {a}" for s in self.stages for a in s.assumptions]
+        lines += [f"note: {n}" for n in self.notes]
+        return lines
+
+
+StageFitter = Callable[[FitInputs, CostModels], tuple[CostModels, StageFit]]
+"""Given the measurements and the costs fitted so far: updated costs and this stage's fit."""
+
+
+# --- gathering the inputs ---------------------------------------------------------------------
+
+
+def concat_workloads(workloads: Sequence[Workload], name: str) -> Workload:
+    prompts = [w.prompt_tokens for w in workloads]
+    responses = [w.response_tokens for w in workloads]
+    offsets = [np.zeros(1, np.int64)]
+    base = 0
+    for w in workloads:
+        offsets.append(w.step_offsets[1:] + base)
+        base += len(w.prompt_tokens)
+    return Workload(
+        np.concatenate(prompts) if prompts else np.zeros(0, np.int64),
+        np.concatenate(responses) if responses else np.zeros(0, np.int64),
+        np.concatenate(offsets).astype(np.int64),
+        name,
+    )
+
+
+def gather_inputs(
+    traces: Sequence[Trace],
+    *,
+    model: ModelConfig | None = None,
+    rollout_tp_size: int = 1,
+    sync_bandwidth_gbps: float | None = None,
+) -> FitInputs:
+    """Steps and workloads of every trace, with the model and links taken from config or trace."""
+    if not traces:
+        raise FitError("no trace to fit")
+    notes: list[str] = []
+    frames, workloads = [], []
+    for i, trace in enumerate(traces):
+        if len(trace.steps) == 0:
+            raise FitError(f"trace {i + 1} ({trace.meta.source_path or 'in memory'}) has no steps")
+        frames.append(trace.steps.assign(trace_index=i))
+        workloads.append(trace.to_workload())
+        notes += trace.workload_notes()
+    if model is None:
+        known = {t.meta.model_params_b for t in traces if t.meta.model_params_b}
+        if len(known) > 1:
+            raise FitError(f"traces disagree on the model size ({sorted(known)} billion)")
+        if known:
+            size = known.pop()
+        else:
+            size = DEFAULT_MODEL_PARAMS_B
+            notes.append(f"model size not given: assumed {size:g}B parameters")
+        model = ModelConfig(num_params_b=size)
+    if sync_bandwidth_gbps is None:
+        sync_bandwidth_gbps = DEFAULT_SYNC_BANDWIDTH_GBPS
+        notes.append(
+            f"weight-sync link not given: assumed {sync_bandwidth_gbps:g} GB/s (one NVLink node)"
+        )
+    return FitInputs(
+        steps=pd.concat(frames, ignore_index=True),
+        workload=concat_workloads(workloads, "fit"),
+        model=model,
+        rollout_tp_size=rollout_tp_size,
+        sync_bandwidth_gbps=sync_bandwidth_gbps,
+        notes=notes,
+    )
+
+
+def rollout_replicas_per_step(steps: pd.DataFrame, rollout_tp_size: int) -> np.ndarray:
+    """Rollout replicas of each step; colocated steps (no rollout GPUs) generate on every GPU."""
+    gpus = steps["rollout_gpus"].to_numpy(np.int64)
+    gpus = np.where(gpus > 0, gpus, steps["train_gpus"].to_numpy(np.int64))
+    return np.maximum(1, gpus // rollout_tp_size)
+
+
+# --- rollout ----------------------------------------------------------------------------------
+
+
+def rollout_counts_by_step(
+    workload: Workload, replicas: np.ndarray, max_concurrent_seqs: int | None
+) -> np.ndarray:
+    """(steps, max replicas, 3) integer counts: prefill tokens, iterations, active iterations.
+
+    Replicas a step does not have are all-zero rows, which the max over replicas ignores.
+    """
+    width = int(replicas.max()) if len(replicas) else 1
+    out = np.zeros((workload.num_steps, width, 3), dtype=np.int64)
+    for num_replicas in np.unique(replicas):
+        counts = replica_counts(
+            workload.prompt_tokens,
+            workload.response_tokens,
+            workload.step_offsets,
+            num_replicas=int(num_replicas),
+            max_concurrent_seqs=max_concurrent_seqs,
+        )
+        rows = np.flatnonzero(replicas == num_replicas)
+        stacked = np.stack(
+            [counts.prompt_tokens_total, counts.decode_iterations, counts.active_seq_iterations],
+            axis=-1,
+        ).reshape(workload.num_steps, int(num_replicas), 3)
+        out[rows, : int(num_replicas)] = stacked[rows]
+    return out
+
+
+def predicted_rollout_s(counts: np.ndarray, params: RolloutCostParams) -> np.ndarray:
+    """Stage time per step from precomputed counts: the slowest replica."""
+    seconds = replica_seconds(counts[..., 0], counts[..., 1], counts[..., 2], params)
+    return seconds.max(axis=1)
+
+
+def fit_rollout(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
+    steps = inputs.steps
+    usable = (steps["rollout_s"].to_numpy() > 0) & (steps["num_samples"].to_numpy() > 0)
+    if usable.sum() < 3:
+        raise FitError(
+            f"rollout: only {int(usable.sum())} steps have a rollout time and samples; "
+            "at least 3 are needed"
+        )
+    base = costs.rollout
+    replicas = rollout_replicas_per_step(steps, inputs.rollout_tp_size)
+    counts = rollout_counts_by_step(inputs.workload, replicas, base.max_concurrent_seqs)[usable]
+    measured = steps["rollout_s"].to_numpy(np.float64)[usable]
+    scale = np.array(
+        [
+            max(base.decode_base_s_per_iter, 1e-3),
+            max(base.decode_s_per_active_seq, 1e-5),
+            max(base.prefill_s_per_token, 1e-5),
+        ]
+    )
+
+    def with_values(x: np.ndarray) -> RolloutCostParams:
+        a, b, p = (x * scale).tolist()
+        return base.model_copy(
+            update={
+                "decode_base_s_per_iter": a,
+                "decode_s_per_active_seq": b,
+                "prefill_s_per_token": p,
+            }
+        )
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        a, b, p = x * scale
+        seconds = p * counts[..., 0] + a * counts[..., 1] + b * counts[..., 2]
+        return seconds.max(axis=1) - measured
+
+    solution = least_squares(residuals, np.ones(3), bounds=(0.0, np.inf), method="trf")
+    fitted = with_values(solution.x)
+    concurrency = fitted.max_concurrent_seqs
+    assumptions = [
+        "decode concurrency held at "
+        + (
+            f"{concurrency} sequences per replica (KV capacity "
+            f"{fitted.kv_capacity_tokens_per_replica} tokens / {fitted.kv_reserved_tokens_per_seq} "
+            "reserved per sequence)"
+            if concurrency is not None
+            else "unlimited"
+        )
+        + "; per-step times cannot separate it from the decode parameters",
+        f"rollout replicas = rollout GPUs / tensor-parallel size {inputs.rollout_tp_size}",
+    ]
+    fit = StageFit(
+        stage="rollout",
+        params={
+            "decode_base_s_per_iter": fitted.decode_base_s_per_iter,
+            "decode_s_per_active_seq": fitted.decode_s_per_active_seq,
+            "prefill_s_per_token": fitted.prefill_s_per_token,
+        },
+        measured_s=measured,
+        predicted_s=predicted_rollout_s(counts, fitted),
+        assumptions=assumptions,
+    )
+    return costs.model_copy(update={"rollout": fitted}), fit
+
+
+# --- train ------------------------------------------------------------------------------------
+
+
+def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
+    steps = inputs.steps
+    # The first step after a resize carries the resize's background work; it would bias the fit.
+    fresh = steps["resize_id"].isna().to_numpy()
+    usable = (steps["train_s"].to_numpy() > 0) & (steps["train_gpus"].to_numpy() > 0) & fresh
+    if usable.sum() < 3:
+        raise FitError(
+            f"train: only {int(usable.sum())} steps have a training time outside a resize; "
+            "at least 3 are needed"
+        )
+    tokens = steps["tokens"].to_numpy(np.float64)[usable]
+    gpus = steps["train_gpus"].to_numpy(np.int64)[usable]
+    measured = steps["train_s"].to_numpy(np.float64)[usable]
+    base = costs.train
+    model = inputs.model
+    distinct = np.unique(gpus)
+    assumptions: list[str] = []
+    if len(distinct) == 1:
+        fitted = _fit_train_one_allocation(tokens, int(distinct[0]), measured, base, model)
+        assumptions.append(
+            f"the trace shows one training allocation ({distinct[0]} GPUs): scaling efficiency "
+            f"held at {base.scaling_efficiency_per_doubling:g} per doubling of GPUs and the "
+            "optimizer-step rate at "
+            f"{fitted.optimizer_s_per_gb_shard:g} s per GB of shard; other splits are "
+            "extrapolated with that curve"
+        )
+    else:
+        fitted = _fit_train_several_allocations(tokens, gpus, measured, base, model)
+        assumptions.append(
+            f"scaling fitted from {len(distinct)} training allocations "
+            f"({', '.join(str(g) for g in distinct)} GPUs)"
+        )
+    predicted = np.concatenate(
+        [
+            train_stage_s(tokens[gpus == n], train_gpus=int(n), model=model, params=fitted)
+            for n in distinct
+        ]
+    )
+    order = np.concatenate([np.flatnonzero(gpus == n) for n in distinct])
+    aligned = np.empty_like(predicted)
+    aligned[order] = predicted
+    fit = StageFit(
+        stage="train",
+        params=fitted.model_dump(),
+        measured_s=measured,
+        predicted_s=aligned,
+        assumptions=assumptions,
+    )
+    return costs.model_copy(update={"train": fitted}), fit
+
+
+def _fit_train_one_allocation(
+    tokens: np.ndarray,
+    num_gpus: int,
+    measured: np.ndarray,
+    base: TrainCostParams,
+    model: ModelConfig,
+) -> TrainCostParams:
+    """Intercept and slope against tokens; the intercept is split into optimizer step and rest."""
+    design = np.column_stack([np.ones_like(tokens), tokens / max(tokens.mean(), 1.0)])
+    solution = least_squares(
+        lambda x: design @ x - measured, np.ones(2), bounds=(0.0, np.inf), method="trf"
+    )
+    intercept_s, slope_scaled = solution.x
+    slope_s_per_token = slope_scaled / max(tokens.mean(), 1.0)
+    efficiency = float(scaling_efficiency(num_gpus, base))
+    optimizer_s = base.optimizer_s_per_gb_shard * model.optimizer_state_gb / num_gpus
+    if intercept_s >= optimizer_s:
+        fixed_s, optimizer_rate = intercept_s - optimizer_s, base.optimizer_s_per_gb_shard
+    else:
+        fixed_s, optimizer_rate = 0.0, intercept_s * num_gpus / model.optimizer_state_gb
+    return base.model_copy(
+        update={
+            "s_per_token_one_gpu": float(slope_s_per_token * num_gpus * efficiency),
+            "fixed_overhead_s": float(fixed_s),
+            "optimizer_s_per_gb_shard": float(optimizer_rate),
+        }
+    )
+
+
+def _fit_train_several_allocations(
+    tokens: np.ndarray,
+    gpus: np.ndarray,
+    measured: np.ndarray,
+    base: TrainCostParams,
+    model: ModelConfig,
+) -> TrainCostParams:
+    """All four parameters: fixed, per token, scaling efficiency, optimizer step per GB."""
+    token_scale = max(tokens.mean(), 1.0)
+    scaled_tokens = tokens / token_scale
+    log2_gpus = np.log2(gpus.astype(np.float64))
+    shard_gb = model.optimizer_state_gb / gpus
+
+    def predict(x: np.ndarray) -> np.ndarray:
+        fixed_s, per_token_scaled, efficiency, optimizer_rate = x
+        return (
+            fixed_s
+            + scaled_tokens * per_token_scaled / (gpus * efficiency**log2_gpus)
+            + optimizer_rate * shard_gb
+        )
+
+    x0 = np.array([base.fixed_overhead_s, 1.0, base.scaling_efficiency_per_doubling, 0.01])
+    x0[1] = max(float(np.median(measured * gpus)), 1e-6)
+    solution = least_squares(
+        lambda x: predict(x) - measured,
+        x0,
+        bounds=([0.0, 0.0, 0.05, 0.0], [np.inf, np.inf, 1.0, np.inf]),
+        method="trf",
+        x_scale="jac",
+    )
+    fixed_s, per_token_scaled, efficiency, optimizer_rate = solution.x
+    return base.model_copy(
+        update={
+            "fixed_overhead_s": float(fixed_s),
+            "s_per_token_one_gpu": float(per_token_scaled / token_scale),
+            "scaling_efficiency_per_doubling": float(efficiency),
+            "optimizer_s_per_gb_shard": float(optimizer_rate),
+        }
+    )
+
+
+# --- sync -------------------------------------------------------------------------------------
+
+
+def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
+    from .costs.sync import weight_sync_s
+
+    measured_all = inputs.steps["sync_s"].to_numpy(np.float64)
+    measured = measured_all[measured_all > 0]
+    base = costs.sync
+    weights_gb = inputs.model.weights_gb
+    bandwidth = inputs.sync_bandwidth_gbps
+    assumptions = []
+    if len(measured) == 0:
+        fitted = base
+        assumptions.append("no step records a weight-sync time: sync parameters left unchanged")
+    else:
+        target_s = float(np.median(measured))
+        link_s = weights_gb / (bandwidth * base.link_efficiency)
+        gather_part_s = weights_gb * base.gather_s_per_gb
+        if target_s >= link_s + gather_part_s:
+            fitted = base.model_copy(update={"latency_s": target_s - link_s - gather_part_s})
+        else:
+            gather = max(0.0, (target_s - link_s) / weights_gb)
+            fitted = base.model_copy(update={"latency_s": 0.0, "gather_s_per_gb": gather})
+        assumptions.append(
+            f"one weight size ({weights_gb:.3g} GB) and one link ({bandwidth:g} GB/s): only the "
+            "fixed latency is fitted, to the median measured sync time"
+        )
+    predicted = np.full(
+        len(measured),
+        weight_sync_s(weights_gb=weights_gb, bandwidth_gbps=bandwidth, params=fitted),
+    )
+    fit = StageFit("sync", fitted.model_dump(), measured, predicted, assumptions)
+    return costs.model_copy(update={"sync": fitted}), fit
+
+
+# --- all together -----------------------------------------------------------------------------
+
+STAGE_FITTERS: tuple[StageFitter, ...] = (fit_rollout, fit_train, fit_sync)
+
+
+def fit_costs(
+    traces: Sequence[Trace],
+    *,
+    base: CostModels | None = None,
+    model: ModelConfig | None = None,
+    rollout_tp_size: int = 1,
+    sync_bandwidth_gbps: float | None = None,
+    extra_fitters: Sequence[StageFitter] = (),
+) -> CostFit:
+    """Fit every stage's parameters to the traces; the result's costs are marked calibrated."""
+    inputs = gather_inputs(
+        traces,
+        model=model,
+        rollout_tp_size=rollout_tp_size,
+        sync_bandwidth_gbps=sync_bandwidth_gbps,
+    )
+    costs = base or CostModels()
+    stages = []
+    for fitter in (*STAGE_FITTERS, *extra_fitters):
+        costs, stage_fit = fitter(inputs, costs)
+        stages.append(stage_fit)
+    costs = costs.model_copy(update={"cost_source": CostSource.CALIBRATED})
+    return CostFit(costs=costs, stages=stages, notes=inputs.notes)
+
+
+def fitted_overrides(fit: CostFit) -> dict:
+    """The part of the costs a fit determined, as a mapping `load_costs` accepts."""
+    dumped = fit.costs.model_dump(mode="json")
+    keep = {s.stage for s in fit.stages} & set(dumped)
+    out = {k: dumped[k] for k in sorted(keep)}
+    out["cost_source"] = CostSource.CALIBRATED.value
+    return out
