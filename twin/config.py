@@ -62,6 +62,11 @@ class ClusterConfig(_Strict):
     inter_node_bandwidth_gbps: float = Field(
         default=25.0, gt=0, description="Bandwidth between nodes, in gigabytes per second."
     )
+    host_bandwidth_gbps: float = Field(
+        default=25.0,
+        gt=0,
+        description="Device-to-host-to-device staging bandwidth per GPU (GB/s, pinned PCIe).",
+    )
     gpu_memory_gb: float = Field(gt=0, description="Memory of one GPU (GB).")
     usable_memory_fraction: float = Field(
         default=0.92,

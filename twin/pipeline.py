@@ -1,0 +1,402 @@
+"""The SimPy pipeline: stages, step boundaries, policy calls and resizes, on a simulated clock.
+
+SimPy carries only stage-level events (a rollout, a training stage, a weight sync, a resize
+stall); every duration is read from the precomputed `StepCosts` matrices, so the per-step work
+is a handful of events and one policy call. Three modes:
+
+- `sync`: rollout of batch k, training on it, weight sync. Nothing overlaps.
+- `one_step_off`: during step k, training on batch k overlaps the rollout of batch k+1 (generated
+  with the weights before step k); the weight sync follows both. Step 0 also waits for batch 0.
+- `async`: rollout produces batches back to back, each at most `max_staleness_steps` weight
+  versions behind the step that trains on it; training takes batch k when it is ready.
+
+At each boundary but the last the pipeline builds a `StepObservation`, asks the policy and, on
+a resize, stalls for the resize's critical path. Background phases overlap the next step: they
+slow its training stage by their contention, and it cannot finish before they end (the deferred
+optimizer restore must land before the optimizer step). In async mode the rollout batch in
+flight is drained (the stall waits for it) or aborted (it is regenerated on the new split).
+A resize never changes what a step consumes: step k trains on batch k, exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+from dynaresize.policies.types import (
+    Allocation,
+    CandidatePrediction,
+    CostSource,
+    Decision,
+    Policy,
+    StageTimes,
+    StepObservation,
+)
+from dynaresize.traces.phases import PhaseName, Role, StrategyName
+
+from .config import InFlightHandling, PipelineConfig, PipelineMode
+from .costs.resize import ResizePlan
+from .step_costs import StepCosts
+
+__all__ = ["PipelineRecords", "run_pipeline"]
+
+
+@dataclass
+class PipelineRecords:
+    """Column lists of the three record tables, filled as the run goes."""
+
+    steps: dict[str, list] = field(default_factory=dict)
+    resizes: dict[str, list] = field(default_factory=dict)
+    decisions: dict[str, list] = field(default_factory=dict)
+    rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
+    train_intervals: list[tuple[float, float]] = field(default_factory=list)
+    stall_s: float = 0.0
+    end_s: float = 0.0
+
+    def add(self, table: dict[str, list], **row: object) -> None:
+        for key, value in row.items():
+            table.setdefault(key, []).append(value)
+
+
+@dataclass
+class _PendingResize:
+    resize_id: int
+    floor_s: float
+    """The next training stage cannot end earlier than this after it starts."""
+    slowdown_s: float
+
+
+class _Pipeline:
+    def __init__(
+        self,
+        *,
+        costs: StepCosts,
+        policy: Policy,
+        policy_name: str,
+        pipeline: PipelineConfig,
+        initial: Allocation,
+        plan: ResizePlan,
+        predicted_step_s: np.ndarray,
+        observation_window_steps: int,
+        cost_source: CostSource,
+    ) -> None:
+        self.env = simpy.Environment()
+        self.costs = costs
+        self.policy = policy
+        self.policy_name = policy_name
+        self.pipeline = pipeline
+        self.current = costs.index(initial)
+        self.plan = plan
+        self.predicted_step_s = predicted_step_s
+        self.recent: deque[StageTimes] = deque(maxlen=observation_window_steps)
+        self.cost_source = cost_source
+        self.records = PipelineRecords()
+        self.num_steps = costs.num_steps
+        self.batch_rollout_s = np.zeros(self.num_steps)
+        self.batch_version = np.zeros(self.num_steps, dtype=np.int64)
+        self.pending: _PendingResize | None = None
+        self.num_resizes = 0
+        self.last_resize_step: int | None = None
+        self.measured_resize_costs_s: list[float] = []
+        self.step_start_s = 0.0
+        self.roles = [
+            [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
+            for a in costs.candidates
+        ]
+
+    # -- shared pieces ---------------------------------------------------------------------
+
+    def _train_duration_s(self, k: int) -> tuple[float, int | None]:
+        """Training stage of step k on the current split, with a pending resize's effect."""
+        base_s = float(self.costs.train_s[k, self.current])
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return base_s, None
+        return max(base_s + pending.slowdown_s, pending.floor_s), pending.resize_id
+
+    def _rollout(self, batch: int, version: int):
+        """Generate one batch on the current split (a SimPy sub-process body)."""
+        duration_s = float(self.costs.rollout_s[batch, self.current])
+        start_s = self.env.now
+        yield self.env.timeout(duration_s)
+        self.records.rollout_intervals.append((start_s, self.env.now))
+        self.batch_rollout_s[batch] = duration_s
+        self.batch_version[batch] = version
+
+    def _train_and_sync(self, k: int, train_s: float):
+        start_s = self.env.now
+        yield self.env.timeout(train_s)
+        yield self.env.timeout(float(self.costs.sync_s[self.current]))
+        self.records.train_intervals.append((start_s, self.env.now))
+
+    def _record_step(self, k: int, train_s: float, resize_id: int | None) -> None:
+        now = self.env.now
+        alloc = self.costs.candidates[self.current]
+        self.records.add(
+            self.records.steps,
+            step=k,
+            start_s=self.step_start_s,
+            end_s=now,
+            rollout_s=float(self.batch_rollout_s[k]),
+            train_s=train_s,
+            sync_s=float(self.costs.sync_s[self.current]),
+            step_s=now - self.step_start_s,
+            train_gpus=alloc.train_gpus,
+            rollout_gpus=alloc.rollout_gpus,
+            device_roles=self.roles[self.current],
+            resize_id=resize_id,
+            rollout_batch_id=k,
+            rollout_weights_version=int(self.batch_version[k]),
+        )
+        self.recent.append(
+            StageTimes.model_construct(
+                step=k,
+                allocation=alloc,
+                rollout_s=float(self.batch_rollout_s[k]),
+                train_s=train_s,
+                sync_s=float(self.costs.sync_s[self.current]),
+                step_s=now - self.step_start_s,
+            )
+        )
+
+    def _observe(self, k: int) -> StepObservation:
+        predicted = self.predicted_step_s[k]
+        critical_s = self.plan.critical_s
+        candidates = tuple(
+            CandidatePrediction.model_construct(
+                allocation=cand,
+                predicted_step_s=float(predicted[c]),
+                predicted_resize_critical_s=0.0 if c == self.current else critical_s,
+                predicted_resize_background_s=0.0 if c == self.current else self.plan.slowdown_s,
+                cost_source=self.cost_source,
+            )
+            for c, cand in enumerate(self.costs.candidates)
+        )
+        since = None if self.last_resize_step is None else k - self.last_resize_step
+        return StepObservation.model_construct(
+            step=k,
+            now_s=self.env.now,
+            allocation=self.costs.candidates[self.current],
+            recent=tuple(self.recent),
+            candidates=candidates,
+            steps_since_resize=since,
+            remaining_steps=self.num_steps - k - 1,
+            measured_resize_costs_s=tuple(self.measured_resize_costs_s),
+        )
+
+    def _decide(self, k: int) -> int | None:
+        """Ask the policy at the boundary after step k; the target's index, or None to hold."""
+        obs = self._observe(k)
+        decision: Decision = self.policy.decide(obs)
+        current = self.costs.candidates[self.current]
+        target = None
+        if decision.is_resize and decision.target != current:
+            target = self.costs.index(decision.target)
+        self.records.add(
+            self.records.decisions,
+            step=k,
+            time_s=self.env.now,
+            policy=self.policy_name,
+            decision="resize" if target is not None else "hold",
+            from_allocation=current.label,
+            to_allocation=None if target is None else self.costs.candidates[target].label,
+            reason=decision.reason,
+            cost_source=self.cost_source.value,
+            predicted_resize_critical_s=None if target is None else self.plan.critical_s,
+            resize_id=None if target is None else self.num_resizes,
+        )
+        return target
+
+    def _resize(self, k: int, target: int, drain_s: float | None):
+        """Stall for the critical path (after a drain, in async mode) and switch the split."""
+        resize_id = self.num_resizes
+        self.num_resizes += 1
+        start_s = self.env.now
+        before = self.costs.candidates[self.current].label
+        after = self.costs.candidates[target].label
+        strategy: StrategyName = self.plan.strategy
+
+        def phase(name: PhaseName, lo: float, hi: float, critical: bool, nbytes: int) -> None:
+            self.records.add(
+                self.records.resizes,
+                resize_id=resize_id,
+                step=k,
+                phase=name.value,
+                strategy=strategy.value,
+                from_allocation=before,
+                to_allocation=after,
+                start_s=lo,
+                end_s=hi,
+                critical=critical,
+                bytes_moved=nbytes,
+            )
+
+        offset_s = start_s
+        if drain_s is not None:
+            phase(PhaseName.ROLLOUT_DRAIN, start_s, start_s + drain_s, True, 0)
+            offset_s += drain_s
+        for p in self.plan.phases:
+            phase(p.name, offset_s + p.start_s, offset_s + p.end_s, p.critical, p.bytes_moved)
+        stall_s = (offset_s - start_s) + self.plan.critical_s
+        yield self.env.timeout(stall_s)
+        self.records.stall_s += stall_s
+        self.measured_resize_costs_s.append(stall_s)
+        self.current = target
+        self.last_resize_step = k
+        self.pending = _PendingResize(
+            resize_id=resize_id,
+            floor_s=self.plan.background_tail_s,
+            slowdown_s=self.plan.slowdown_s,
+        )
+
+    # -- lockstep modes: sync and one_step_off ---------------------------------------------
+
+    def lockstep(self):
+        one_step_off = self.pipeline.mode is PipelineMode.ONE_STEP_OFF
+        if one_step_off and self.num_steps:
+            yield from self._rollout(0, 0)
+        for k in range(self.num_steps):
+            train_s, resize_id = self._train_duration_s(k)
+            if one_step_off:
+                yield from self._overlapped_stage(k, train_s)
+            else:
+                yield from self._rollout(k, k)
+                yield from self._train_and_sync(k, train_s)
+            self._record_step(k, train_s, resize_id)
+            if k + 1 < self.num_steps:
+                target = self._decide(k)
+                if target is not None:
+                    yield from self._resize(k, target, None)
+            self.step_start_s = self.env.now
+        self.records.end_s = self.env.now
+
+    def _overlapped_stage(self, k: int, train_s: float):
+        """Train on batch k while batch k+1 is generated (weights version k), then sync."""
+        start_s = self.env.now
+        next_rollout_s = 0.0
+        if k + 1 < self.num_steps:
+            next_rollout_s = float(self.costs.rollout_s[k + 1, self.current])
+            self.batch_rollout_s[k + 1] = next_rollout_s
+            self.batch_version[k + 1] = k
+            self.records.rollout_intervals.append((start_s, start_s + next_rollout_s))
+        yield self.env.timeout(max(train_s, next_rollout_s))
+        yield self.env.timeout(float(self.costs.sync_s[self.current]))
+        train_end_s = start_s + train_s
+        self.records.train_intervals.append((start_s, train_end_s))
+        self.records.train_intervals.append(
+            (self.env.now - float(self.costs.sync_s[self.current]), self.env.now)
+        )
+
+    # -- async mode -------------------------------------------------------------------------
+
+    def run_async(self):
+        self.version = 0
+        self.version_events: dict[int, simpy.Event] = {}
+        self.batch_events = [self.env.event() for _ in range(self.num_steps)]
+        self.paused = False
+        self.resume = self.env.event()
+        self.in_flight: tuple[int, float, simpy.Event] | None = None
+        self.rollout_proc = self.env.process(self._rollout_loop())
+        self.env.process(self._trainer_loop())
+        return self
+
+    def _wait_version(self, version: int):
+        if self.version >= version:
+            return None
+        if version not in self.version_events:
+            self.version_events[version] = self.env.event()
+        return self.version_events[version]
+
+    def _rollout_loop(self):
+        batch = 0
+        while batch < self.num_steps:
+            gate = self._wait_version(batch - self.pipeline.max_staleness_steps)
+            if gate is not None:
+                yield gate
+            if self.paused:
+                yield self.resume
+            duration_s = float(self.costs.rollout_s[batch, self.current])
+            start_s = self.env.now
+            version = self.version
+            done = self.env.event()
+            self.in_flight = (batch, start_s + duration_s, done)
+            try:
+                yield self.env.timeout(duration_s)
+            except simpy.Interrupt:
+                # Aborted by a resize: the work is lost; regenerate the batch afterwards.
+                self.records.rollout_intervals.append((start_s, self.env.now))
+                self.in_flight = None
+                continue
+            self.in_flight = None
+            self.records.rollout_intervals.append((start_s, self.env.now))
+            self.batch_rollout_s[batch] = duration_s
+            self.batch_version[batch] = version
+            done.succeed()
+            self.batch_events[batch].succeed()
+            batch += 1
+
+    def _trainer_loop(self):
+        for k in range(self.num_steps):
+            yield self.batch_events[k]
+            train_s, resize_id = self._train_duration_s(k)
+            yield from self._train_and_sync(k, train_s)
+            self.version = k + 1
+            event = self.version_events.pop(self.version, None)
+            if event is not None:
+                event.succeed()
+            self._record_step(k, train_s, resize_id)
+            if k + 1 < self.num_steps:
+                target = self._decide(k)
+                if target is not None:
+                    yield from self._async_resize(k, target)
+            self.step_start_s = self.env.now
+        self.records.end_s = self.env.now
+
+    def _async_resize(self, k: int, target: int):
+        self.paused = True
+        drain_s = 0.0
+        if self.in_flight is not None:
+            _, ends_at_s, done = self.in_flight
+            if self.pipeline.in_flight is InFlightHandling.DRAIN:
+                drain_s = ends_at_s - self.env.now
+                # The drain is recorded as a phase and waited for inside the stall below.
+            else:
+                self.rollout_proc.interrupt("resize")
+        yield from self._resize(k, target, drain_s)
+        self.paused = False
+        resume, self.resume = self.resume, self.env.event()
+        resume.succeed()
+
+
+def run_pipeline(
+    *,
+    costs: StepCosts,
+    policy: Policy,
+    policy_name: str,
+    pipeline: PipelineConfig,
+    initial: Allocation,
+    plan: ResizePlan,
+    predicted_step_s: np.ndarray,
+    observation_window_steps: int,
+    cost_source: CostSource,
+) -> PipelineRecords:
+    """Run one policy over every step of `costs`; returns the filled record columns."""
+    sim = _Pipeline(
+        costs=costs,
+        policy=policy,
+        policy_name=policy_name,
+        pipeline=pipeline,
+        initial=initial,
+        plan=plan,
+        predicted_step_s=predicted_step_s,
+        observation_window_steps=observation_window_steps,
+        cost_source=cost_source,
+    )
+    if pipeline.mode is PipelineMode.ASYNC:
+        sim.run_async()
+    else:
+        sim.env.process(sim.lockstep())
+    sim.env.run()
+    return sim.records

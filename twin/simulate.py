@@ -1,0 +1,244 @@
+"""`simulate()`: one policy over one scenario, from config to record tables and a summary.
+
+The expensive part (every stage time of the workload on every candidate split) is computed once
+into a `SimContext` and shared: comparing several policies on the same workload and seed builds
+the context once and calls `simulate(..., context=ctx)` per policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from dynaresize.policies.base import PolicyConfigBase
+from dynaresize.policies.registry import build_policy
+from dynaresize.policies.types import Policy
+from dynaresize.traces.schema import SCHEMA_VERSION, DecisionRecord, ResizePhaseRecord, StepRecord
+from dynaresize.traces.synthetic import generate_workload
+from dynaresize.traces.workload import Workload
+
+from .baselines import StaticBaselines, static_baselines
+from .config import ScenarioConfig
+from .costs import CostModels
+from .costs.resize import ResizePlan, plan_resize
+from .pipeline import PipelineRecords, run_pipeline
+from .step_costs import StepCosts, compute_step_costs, steady_step_s
+from .summary import SimSummary, summarize_run
+
+__all__ = ["SimContext", "SimResult", "build_context", "simulate"]
+
+STEP_COLUMNS = list(StepRecord.model_fields)
+RESIZE_COLUMNS = list(ResizePhaseRecord.model_fields)
+DECISION_COLUMNS = list(DecisionRecord.model_fields)
+
+
+@dataclass(frozen=True)
+class SimContext:
+    """Everything about a scenario that does not depend on the policy."""
+
+    config: ScenarioConfig
+    workload: Workload
+    costs: CostModels
+    step_costs: StepCosts
+    plan: ResizePlan
+    predicted_step_s: np.ndarray
+    """(num_steps, num_candidates): predicted steady step time after each step, from the last
+    `observation_window_steps` batches only (no look-ahead)."""
+    step_stats: pd.DataFrame
+    baselines: StaticBaselines
+
+
+@dataclass(frozen=True)
+class SimResult:
+    steps: pd.DataFrame
+    """One row per step; columns are exactly the fields of traces.schema.StepRecord."""
+    resizes: pd.DataFrame
+    """One row per resize phase; columns are the fields of ResizePhaseRecord."""
+    decisions: pd.DataFrame
+    """One row per policy call; columns are the fields of DecisionRecord."""
+    summary: SimSummary
+    context: SimContext
+
+
+def _step_stats(workload: Workload) -> pd.DataFrame:
+    """Samples, tokens and response-length statistics of every step."""
+    sizes = np.diff(workload.step_offsets)
+    response = workload.response_tokens.astype(np.float64)
+    n = workload.num_steps
+    if n and np.all(sizes == sizes[0]) and sizes[0] > 0:
+        per_step = response.reshape(n, int(sizes[0]))
+        mean = per_step.mean(axis=1)
+        p50, p99 = np.percentile(per_step, [50, 99], axis=1)
+        longest = per_step.max(axis=1)
+    else:
+        mean, p50, p99, longest = (np.zeros(n) for _ in range(4))
+        for k in range(n):
+            r = response[workload.step_offsets[k] : workload.step_offsets[k + 1]]
+            if len(r):
+                mean[k], longest[k] = r.mean(), r.max()
+                p50[k], p99[k] = np.percentile(r, [50, 99])
+    return pd.DataFrame(
+        {
+            "num_samples": sizes.astype(np.int64),
+            "tokens": workload.tokens_per_step().astype(np.int64),
+            "response_len_mean": mean,
+            "response_len_p50": p50,
+            "response_len_p99": p99,
+            "response_len_max": longest,
+        }
+    )
+
+
+def _window_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """Mean over the last `window` rows up to and including each row (fewer at the start)."""
+    cum = np.cumsum(values, axis=0)
+    out = cum.copy()
+    out[window:] = cum[window:] - cum[:-window]
+    counts = np.minimum(np.arange(1, len(values) + 1), window)
+    return out / counts[:, None]
+
+
+def build_context(
+    config: ScenarioConfig,
+    *,
+    workload: Workload | None = None,
+    costs: CostModels | None = None,
+    seed: int | None = None,
+) -> SimContext:
+    """Generate (or take) the workload and compute every policy-independent quantity."""
+    costs = costs or config.costs
+    if workload is None:
+        run_seed = config.simulation.seed if seed is None else seed
+        workload = generate_workload(config.workload, config.simulation.num_steps, run_seed)
+    cluster = config.cluster
+    step_costs = compute_step_costs(
+        workload, cluster=cluster, model=config.model, costs=costs, pipeline=config.pipeline
+    )
+    plan = plan_resize(
+        strategy=config.pipeline.resize_strategy,
+        model=config.model,
+        params=costs.resize,
+        host_bandwidth_gbps=cluster.host_bandwidth_gbps,
+        interconnect_bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
+    )
+    steady = steady_step_s(
+        step_costs.rollout_s, step_costs.train_s, step_costs.sync_s, config.pipeline.mode
+    )
+    predicted = _window_mean(steady, config.simulation.observation_window_steps)
+    stats = _step_stats(workload)
+    return SimContext(
+        config=config,
+        workload=workload,
+        costs=costs,
+        step_costs=step_costs,
+        plan=plan,
+        predicted_step_s=predicted,
+        step_stats=stats,
+        baselines=static_baselines(step_costs, stats["tokens"].to_numpy(dtype=float)),
+    )
+
+
+def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.ndarray):
+    """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals."""
+    if not intervals:
+        return np.zeros_like(lo)
+    arr = np.array(sorted(intervals))
+    starts, ends = arr[:, 0], arr[:, 1]
+    done_before = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def busy_until(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, t, side="right")
+        prev = np.maximum(i - 1, 0)
+        partial = np.where(i > 0, np.clip(t - starts[prev], 0.0, ends[prev] - starts[prev]), 0.0)
+        return done_before[np.maximum(i - 1, 0)] * (i > 0) + partial
+
+    return busy_until(hi) - busy_until(lo)
+
+
+def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
+    cols: dict[str, object] = {k: np.asarray(v) for k, v in records.steps.items()}
+    cols["device_roles"] = records.steps["device_roles"]
+    lo, hi, step_s = cols["start_s"], cols["end_s"], cols["step_s"]
+    busy_train = _busy_between(records.train_intervals, lo, hi)
+    busy_rollout = _busy_between(records.rollout_intervals, lo, hi)
+    cols["idle_train_gpu_s"] = np.maximum(step_s - busy_train, 0.0) * cols["train_gpus"]
+    cols["idle_rollout_gpu_s"] = np.maximum(step_s - busy_rollout, 0.0) * cols["rollout_gpus"]
+    cols["resize_id"] = pd.array(records.steps["resize_id"], dtype="Int64")
+    cols["schema_version"] = np.full(len(lo), SCHEMA_VERSION)
+    index = cols["step"]
+    for column in stats.columns:
+        cols[column] = stats[column].to_numpy()[index]
+    return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
+
+
+def _frame(columns: dict[str, list], names: list[str], ints: tuple[str, ...] = ()) -> pd.DataFrame:
+    rows = len(next(iter(columns.values()))) if columns else 0
+    data: dict[str, object] = {}
+    for name in names:
+        if name == "schema_version":
+            data[name] = np.full(rows, SCHEMA_VERSION)
+        elif name in ints:
+            data[name] = pd.array(columns.get(name, [None] * rows), dtype="Int64")
+        else:
+            data[name] = columns.get(name, [None] * rows)
+    return pd.DataFrame(data)
+
+
+def _policy_name(policy: object) -> str:
+    config = getattr(policy, "config", policy)
+    return str(getattr(config, "kind", type(policy).__name__))
+
+
+def simulate(
+    config: ScenarioConfig,
+    policy_config_or_object: PolicyConfigBase | Policy | dict,
+    *,
+    workload: Workload | None = None,
+    costs: CostModels | None = None,
+    seed: int | None = None,
+    context: SimContext | None = None,
+) -> SimResult:
+    """Run one policy over the scenario and return its records and summary.
+
+    A policy config (or mapping) is built into a fresh policy; a policy object is reset first,
+    so a run never inherits state from an earlier one. Pass `context` (from `build_context`) to
+    reuse one workload's stage times across policies; `workload`, `costs` and `seed` are then
+    ignored.
+    """
+    ctx = context or build_context(config, workload=workload, costs=costs, seed=seed)
+    if isinstance(policy_config_or_object, (PolicyConfigBase, dict)):
+        policy = build_policy(policy_config_or_object)
+    else:
+        policy = policy_config_or_object
+        policy.reset()
+    name = _policy_name(policy)
+    records = run_pipeline(
+        costs=ctx.step_costs,
+        policy=policy,
+        policy_name=name,
+        pipeline=config.pipeline,
+        initial=config.cluster.initial_allocation,
+        plan=ctx.plan,
+        predicted_step_s=ctx.predicted_step_s,
+        observation_window_steps=config.simulation.observation_window_steps,
+        cost_source=ctx.costs.cost_source,
+    )
+    steps = _steps_frame(records, ctx.step_stats)
+    resizes = _frame(records.resizes, RESIZE_COLUMNS)
+    decisions = _frame(records.decisions, DECISION_COLUMNS, ints=("resize_id",))
+    base = config.simulation.baseline_allocation
+    summary = summarize_run(
+        policy=name,
+        steps=steps,
+        resizes=resizes,
+        total_s=records.end_s,
+        stall_s=records.stall_s,
+        total_gpus=config.cluster.total_gpus,
+        thrash_window_steps=config.simulation.thrash_window_steps,
+        static_totals_s=ctx.baselines.totals_s,
+        baseline_allocation=None if base is None else base.label,
+    )
+    return SimResult(
+        steps=steps, resizes=resizes, decisions=decisions, summary=summary, context=ctx
+    )

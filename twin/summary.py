@@ -1,0 +1,113 @@
+"""The summary of one simulated run: the figures a user compares policies by.
+
+Computed column-wise from the step and resize tables, so the same function summarises a twin run
+and (later) a replayed live run. Speedups are `baseline_total_s / total_s`: above 1 is faster.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimSummary(BaseModel):
+    """Headline figures of one run."""
+
+    model_config = ConfigDict(frozen=True)
+
+    policy: str = Field(description="Policy kind (or a static split's label).")
+    num_steps: int = Field(ge=0, description="Training steps in the run.")
+    total_s: float = Field(ge=0, description="Time from the first rollout to the last sync (s).")
+    steps_per_hour: float = Field(ge=0, description="Training steps per hour.")
+    tokens_per_s: float = Field(ge=0, description="Prompt plus response tokens trained per second.")
+    gpu_idle_fraction: float = Field(
+        ge=0, le=1, description="Share of GPU-seconds spent idle (bubbles and resize stalls)."
+    )
+    num_resizes: int = Field(ge=0, description="Resizes carried out.")
+    thrash_count: int = Field(
+        ge=0, description="Resizes undone by the next one within thrash_window_steps steps."
+    )
+    resize_time_s: float = Field(ge=0, description="Time the pipeline stalled for resizes (s).")
+    final_allocation: str = Field(description="Split at the end of the run.")
+    best_static_allocation: str = Field(description="Static split with the least total time.")
+    best_static_total_s: float = Field(ge=0, description="Total time of that static split (s).")
+    speedup_vs_best_static: float = Field(
+        gt=0, description="best_static_total_s / total_s (above 1: faster than every static split)."
+    )
+    baseline_allocation: str | None = Field(
+        default=None, description="Named static split compared against (e.g. the paper's 6:2)."
+    )
+    baseline_total_s: float | None = Field(default=None, description="Its total time (s).")
+    speedup_vs_baseline: float | None = Field(
+        default=None, description="baseline_total_s / total_s."
+    )
+
+
+def count_thrash(resizes_in_order: pd.DataFrame, *, thrash_window_steps: int) -> int:
+    """Resizes that the next resize undoes (moves back to where it came from) within the window.
+
+    Takes one row per resize with `step`, `from_allocation` and `to_allocation`, in order.
+    """
+    if len(resizes_in_order) < 2:
+        return 0
+    step = resizes_in_order["step"].to_numpy()
+    came_from = resizes_in_order["from_allocation"].to_numpy()
+    went_to = resizes_in_order["to_allocation"].to_numpy()
+    undone = (went_to[1:] == came_from[:-1]) & (step[1:] - step[:-1] <= thrash_window_steps)
+    return int(undone.sum())
+
+
+def one_row_per_resize(resizes: pd.DataFrame) -> pd.DataFrame:
+    if resizes.empty:
+        return pd.DataFrame(columns=["resize_id", "step", "from_allocation", "to_allocation"])
+    first = resizes.groupby("resize_id", sort=True).first().reset_index()
+    return first[["resize_id", "step", "from_allocation", "to_allocation"]]
+
+
+def summarize_run(
+    *,
+    policy: str,
+    steps: pd.DataFrame,
+    resizes: pd.DataFrame,
+    total_s: float,
+    stall_s: float,
+    total_gpus: int,
+    thrash_window_steps: int,
+    static_totals_s: dict[str, float],
+    baseline_allocation: str | None,
+) -> SimSummary:
+    """Summary of a run from its tables, against the static totals of every candidate."""
+    num_steps = len(steps)
+    tokens = float(steps["tokens"].sum()) if num_steps else 0.0
+    idle_gpu_s = float((steps["idle_train_gpu_s"] + steps["idle_rollout_gpu_s"]).sum())
+    idle_gpu_s += stall_s * total_gpus
+    gpu_s = total_gpus * total_s
+    best_label = min(static_totals_s, key=static_totals_s.__getitem__)
+    best_s = static_totals_s[best_label]
+    per_resize = one_row_per_resize(resizes)
+    safe_total = total_s if total_s > 0 else float("nan")
+    baseline_s = static_totals_s.get(baseline_allocation) if baseline_allocation else None
+    final = (
+        f"{int(steps['train_gpus'].iloc[-1])}:{int(steps['rollout_gpus'].iloc[-1])}"
+        if num_steps
+        else ""
+    )
+    return SimSummary(
+        policy=policy,
+        num_steps=num_steps,
+        total_s=total_s,
+        steps_per_hour=3600.0 * num_steps / safe_total if total_s > 0 else 0.0,
+        tokens_per_s=tokens / safe_total if total_s > 0 else 0.0,
+        gpu_idle_fraction=float(np.clip(idle_gpu_s / gpu_s, 0.0, 1.0)) if gpu_s > 0 else 0.0,
+        num_resizes=len(per_resize),
+        thrash_count=count_thrash(per_resize, thrash_window_steps=thrash_window_steps),
+        resize_time_s=stall_s,
+        final_allocation=final,
+        best_static_allocation=best_label,
+        best_static_total_s=best_s,
+        speedup_vs_best_static=best_s / total_s if total_s > 0 else 1.0,
+        baseline_allocation=baseline_allocation,
+        baseline_total_s=baseline_s,
+        speedup_vs_baseline=(baseline_s / total_s) if baseline_s and total_s > 0 else None,
+    )
