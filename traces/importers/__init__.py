@@ -1,0 +1,120 @@
+"""Importers: logs users already have -> the project's trace format, saying what was inferred.
+
+`import_trace(path)` detects the format: the project's own traces (a Parquet directory, a
+`.parquet` steps file, a JSONL whose lines carry `"record"`), verl's file-logger JSONL
+(`{"step": N, "data": {...}}`), and CSV metric tables (through a `CsvMapping`; a shipped one for
+slime, OpenRLHF or AReaL is picked from the header when none is given).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from enum import Enum
+from pathlib import Path
+
+from ..errors import TraceError
+from ..io import Trace, read_trace
+from .common import ImportOptions
+from .csv import CsvMapping, import_csv, read_table, resolve_column
+from .mappings import SHIPPED_MAPPINGS
+from .verl import import_verl, looks_like_verl
+
+__all__ = [
+    "SHIPPED_MAPPINGS",
+    "CsvMapping",
+    "ImportOptions",
+    "TraceFormat",
+    "detect_format",
+    "import_trace",
+]
+
+
+class TraceFormat(str, Enum):
+    NATIVE = "native"
+    VERL = "verl"
+    CSV = "csv"
+
+
+def detect_format(path: str | os.PathLike) -> TraceFormat:
+    """Which reader understands `path`, from its kind, suffix and first record."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    if path.is_dir() or path.suffix == ".parquet":
+        return TraceFormat.NATIVE
+    if path.suffix in (".csv", ".tsv"):
+        return TraceFormat.CSV
+    first = _first_json_object(path)
+    if first is None:
+        raise TraceError("empty file: no records", source=str(path))
+    if "record" in first:
+        return TraceFormat.NATIVE
+    if looks_like_verl(first):
+        return TraceFormat.VERL
+    raise TraceError(
+        'unknown format: the first record has neither "record" (a dynaresize trace) nor '
+        '"step" and "data" (verl\'s file logger)',
+        source=str(path),
+        line=1,
+    )
+
+
+def _first_json_object(path: Path) -> dict | None:
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise TraceError("malformed JSON", source=str(path), line=line_no) from None
+            if not isinstance(obj, dict):
+                raise TraceError("expected a JSON object", source=str(path), line=line_no)
+            return obj
+    return None
+
+
+def import_trace(
+    path: str | os.PathLike,
+    *,
+    format: TraceFormat | str = "auto",
+    mapping: CsvMapping | str | None = None,
+    options: ImportOptions | None = None,
+    lenient: bool = False,
+) -> Trace:
+    """Read any supported trace or log into a `Trace`; `trace.meta.notes` lists what was
+    inferred and `trace.skipped` what lenient reading dropped."""
+    path = Path(path)
+    kind = detect_format(path) if format == "auto" else TraceFormat(format)
+    if kind is TraceFormat.NATIVE:
+        return read_trace(path, lenient=lenient)
+    if kind is TraceFormat.VERL:
+        return import_verl(path, options=options, lenient=lenient)
+    return import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
+
+
+def _pick_mapping(path: Path, mapping: CsvMapping | str | None) -> CsvMapping:
+    if isinstance(mapping, CsvMapping):
+        return mapping
+    if isinstance(mapping, str):
+        if mapping not in SHIPPED_MAPPINGS:
+            raise TraceError(
+                f"unknown mapping {mapping!r}; shipped: {sorted(SHIPPED_MAPPINGS)}",
+                source=str(path),
+            )
+        return SHIPPED_MAPPINGS[mapping]
+    header = list(read_table(path).columns)
+    fits = [
+        m
+        for m in SHIPPED_MAPPINGS.values()
+        if resolve_column(header, m.train_s) is not None
+        and resolve_column(header, m.rollout_s or m.wait_s or "") is not None
+    ]
+    if len(fits) != 1:
+        found = "several shipped mappings fit" if fits else "no shipped mapping fits the header"
+        raise TraceError(
+            f"{found}; give a mapping (one of {sorted(SHIPPED_MAPPINGS)} or a CsvMapping)",
+            source=str(path),
+        )
+    return fits[0]

@@ -1,0 +1,413 @@
+"""Generic CSV importer: a metrics table with one row per step, read through a column mapping.
+
+It reads the CSV a framework wrote and the table an experiment tracker exports (W&B's "Export
+CSV" names columns `<run> - <metric>` and leaves cells empty where a metric was not logged).
+A `CsvMapping` says which column holds which stage time; shipped mappings cover slime, OpenRLHF
+and AReaL (traces/importers/mappings.py). What the table lacks is derived, and the trace's notes
+say how. Columns the mapping does not use are kept in the extras table.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import TraceError
+from ..io import Trace
+from ..schema import PipelineMode, RunMeta
+from .common import ImportOptions, LineProblems, device_roles, extras_frame, split_gpus, steps_frame
+
+STEP_COLUMN_CANDIDATES = ("step", "Step", "_step", "global_step", "train/global_step")
+"""Where the step number is looked for when the mapping does not name a column."""
+
+_SEQUENTIAL = (PipelineMode.COLOCATED, PipelineMode.SYNC_DISAGGREGATED)
+
+
+class CsvMapping(BaseModel):
+    """Which CSV column holds which quantity; unnamed quantities are derived or assumed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(default="custom", description="Mapping name, recorded as 'csv:<name>'.")
+    pipeline_mode: PipelineMode = Field(description="How the run's stages overlap.")
+    step: str | None = Field(default=None, description="Step-number column (auto if None).")
+    step_base: int = Field(default=0, ge=0, description="Step number of the log's first step.")
+    time_scale_s: float = Field(
+        default=1.0, gt=0, description="Seconds per unit of the time columns (0.001 for ms)."
+    )
+    rollout_s: str | None = Field(default=None, description="Rollout (generation) duration.")
+    train_s: str = Field(description="Training-stage duration.")
+    sync_s: str | None = Field(default=None, description="Weight-sync duration.")
+    wait_s: str | None = Field(
+        default=None, description="Time the trainer waited for rollout data (async runs)."
+    )
+    step_s: str | None = Field(default=None, description="Whole-step duration.")
+    tokens: str | None = Field(default=None, description="Prompt plus response tokens per step.")
+    num_samples: str | None = Field(default=None, description="Responses per step.")
+    prompt_len_mean: str | None = Field(default=None, description="Mean prompt length.")
+    response_len_mean: str | None = Field(default=None, description="Mean response length.")
+    response_len_max: str | None = Field(default=None, description="Longest response.")
+    response_len_p50: str | None = Field(default=None, description="Median response length.")
+    response_len_p99: str | None = Field(default=None, description="p99 response length.")
+    meaning: dict[str, str] = Field(
+        default_factory=dict, description="What each mapped column measures, for the notes."
+    )
+
+    def columns(self) -> dict[str, str]:
+        """Quantity -> column name, for every quantity the mapping names."""
+        return {n: getattr(self, n) for n in _QUANTITIES if getattr(self, n) is not None}
+
+
+_QUANTITIES = (
+    "rollout_s",
+    "train_s",
+    "sync_s",
+    "wait_s",
+    "step_s",
+    "tokens",
+    "num_samples",
+    "prompt_len_mean",
+    "response_len_mean",
+    "response_len_max",
+    "response_len_p50",
+    "response_len_p99",
+)
+_TIME_QUANTITIES = {"rollout_s", "train_s", "sync_s", "wait_s", "step_s"}
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """Every cell as text (nothing is evaluated); TraceError for an empty or malformed file."""
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[])
+    except pd.errors.EmptyDataError:
+        raise TraceError("empty file: no header and no rows", source=str(path)) from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise TraceError(f"malformed CSV: {err}", source=str(path)) from None
+    if df.empty:
+        raise TraceError("no data rows under the header", source=str(path))
+    return df
+
+
+def resolve_column(header: list[str], name: str) -> str | None:
+    """`name` itself, or the one tracker-export column `<run> - name` (not a __MIN/__MAX)."""
+    if name in header:
+        return name
+    hits = [c for c in header if c.endswith(f" - {name}")]
+    return hits[0] if len(hits) == 1 else None
+
+
+def import_csv(
+    path: str | Path,
+    mapping: CsvMapping,
+    *,
+    options: ImportOptions | None = None,
+    lenient: bool = False,
+) -> Trace:
+    path = Path(path)
+    options = options or ImportOptions()
+    if options.pipeline_mode is not None:
+        mapping = mapping.model_copy(update={"pipeline_mode": options.pipeline_mode})
+    df = read_table(path)
+    header = list(df.columns)
+    notes = [f"imported from CSV with the '{mapping.name}' mapping ({mapping.pipeline_mode.value})"]
+    notes += [f"{col}: {what}" for col, what in mapping.meaning.items()]
+    step_col = _step_column(header, mapping, source=str(path))
+    resolved = _resolve_all(header, mapping, notes, source=str(path))
+    problems = LineProblems(str(path), lenient)
+    values, rows_used, num_blank = _parse(df, step_col, resolved, mapping, problems)
+    if num_blank:
+        notes.append(f"{num_blank} rows with no stage time (sparse tracker export) were left out")
+    if not rows_used:
+        raise TraceError("no rows with stage times", source=str(path))
+    colocated = mapping.pipeline_mode is PipelineMode.COLOCATED
+    total, train, rollout = split_gpus(options, None, colocated=colocated, notes=notes)
+    columns = _derive(values, mapping, train, rollout, options, notes)
+    steps = steps_frame(columns, source=str(path))
+    used = {step_col, *resolved.values()}
+    extras = extras_frame(
+        [
+            (int(step), col, _cell_value(df.at[idx, col]))
+            for idx, step in zip(rows_used, columns["step"], strict=True)
+            for col in header
+            if col not in used and df.at[idx, col].strip() != ""
+        ]
+    )
+    meta = RunMeta(
+        source=mapping.name,
+        source_path=str(path),
+        importer=f"csv:{mapping.name}",
+        pipeline_mode=mapping.pipeline_mode,
+        num_gpus=total,
+        start_train_gpus=total if colocated else train,
+        start_rollout_gpus=total if colocated else rollout,
+        model_name=options.model_name,
+        model_params_b=options.model_params_b,
+        cluster=options.cluster,
+        notes=notes,
+    )
+    return Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
+
+
+def _step_column(header: list[str], mapping: CsvMapping, *, source: str) -> str:
+    candidates = [mapping.step] if mapping.step else list(STEP_COLUMN_CANDIDATES)
+    for name in candidates:
+        col = resolve_column(header, name)
+        if col is not None:
+            return col
+    raise TraceError(
+        f"no step column (looked for {candidates}); name it in the mapping's 'step'",
+        source=source,
+        field=candidates[0],
+    )
+
+
+def _resolve_all(
+    header: list[str], mapping: CsvMapping, notes: list[str], *, source: str
+) -> dict[str, str]:
+    resolved = {}
+    for quantity, name in mapping.columns().items():
+        col = resolve_column(header, name)
+        if col is None:
+            if quantity == "train_s" or (quantity == "rollout_s" and mapping.wait_s is None):
+                raise TraceError(
+                    f"column for {quantity} not found (header has {len(header)} columns)",
+                    source=source,
+                    field=name,
+                )
+            notes.append(f"column '{name}' ({quantity}) is not in the file: derived or assumed")
+            continue
+        resolved[quantity] = col
+    if "rollout_s" not in resolved and "wait_s" not in resolved:
+        raise TraceError("the mapping names no rollout or wait column", source=source)
+    return resolved
+
+
+def _parse(
+    df: pd.DataFrame,
+    step_col: str,
+    resolved: dict[str, str],
+    mapping: CsvMapping,
+    problems: LineProblems,
+) -> tuple[dict[str, list[float]], list[int], int]:
+    """Numbers of every used row; rows with no stage time at all are blank, not errors."""
+    values: dict[str, list[float]] = {q: [] for q in [*resolved, "step"]}
+    rows_used: list[int] = []
+    num_blank = 0
+    last_step: int | None = None
+    time_cols = [resolved[q] for q in resolved if q in _TIME_QUANTITIES]
+    for idx in range(len(df)):
+        line = idx + 2  # line 1 is the header
+        if all(df.at[idx, c].strip() == "" for c in time_cols):
+            num_blank += 1
+            continue
+        try:
+            row = {q: _cell_number(df.at[idx, col], col) for q, col in resolved.items()}
+            step_value = _cell_number(df.at[idx, step_col], step_col)
+            if step_value is None:
+                raise _Bad(step_col, "missing (required)")
+            if not float(step_value).is_integer():
+                raise _Bad(step_col, f"expected an integer step, got {step_value}")
+            step = int(step_value) - mapping.step_base
+            if step < 0:
+                raise _Bad(step_col, f"step {int(step_value)} is before step_base")
+            if last_step is not None and step <= last_step:
+                raise _Bad(step_col, f"steps out of order: {step} after {last_step}")
+            for q in ("train_s",) if "rollout_s" not in resolved else ("train_s", "rollout_s"):
+                if row.get(q) is None:
+                    raise _Bad(resolved[q], "missing (required)")
+        except _Bad as bad:
+            problems.fail(line, bad.column, bad.reason)
+            continue
+        last_step = step
+        rows_used.append(idx)
+        values["step"].append(step)
+        for q in resolved:
+            values[q].append(np.nan if row[q] is None else row[q])
+    return values, rows_used, num_blank
+
+
+class _Bad(Exception):
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(reason)
+        self.column = column
+        self.reason = reason
+
+
+def _cell_number(text: str, column: str) -> float | None:
+    text = text.strip()
+    if text == "":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise _Bad(column, f"expected a number, got {text[:40]!r}") from None
+    if math.isnan(value):
+        raise _Bad(column, "is NaN")
+    if math.isinf(value):
+        raise _Bad(column, f"must be finite, got {text}")
+    if value < 0:
+        raise _Bad(column, f"must be >= 0, got {value}")
+    return value
+
+
+def _cell_value(text: str) -> object:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _derive(
+    values: dict[str, list[float]],
+    mapping: CsvMapping,
+    train_gpus: int,
+    rollout_gpus: int,
+    options: ImportOptions,
+    notes: list[str],
+) -> dict:
+    col = {q: np.asarray(v, float) for q, v in values.items()}
+    n = len(col["step"])
+    step = col["step"].astype(np.int64)
+    scale = mapping.time_scale_s
+    train = col["train_s"] * scale
+    zero = np.zeros(n)
+    sync = _filled(col.get("sync_s"), zero, scale)
+    if "sync_s" not in col:
+        notes.append("no weight-sync column: sync_s = 0")
+    wait = col["wait_s"] * scale if "wait_s" in col else None
+    if "rollout_s" in col:
+        rollout = col["rollout_s"] * scale
+    else:
+        rollout = np.nan_to_num(wait)
+        notes.append(
+            "no rollout-duration column: rollout_s = the trainer's wait for data, a lower bound "
+            "on generation time"
+        )
+    mode = mapping.pipeline_mode
+    step_s = _step_seconds(col, mode, rollout, train, sync, wait, scale, notes)
+    idle_train, idle_rollout = _idle(
+        mode, step_s, rollout, train, sync, wait, train_gpus, rollout_gpus, notes
+    )
+    lengths = _lengths(col, n, options, notes)
+    return {
+        "step": step,
+        "step_s": step_s,
+        "rollout_s": rollout,
+        "train_s": train,
+        "sync_s": sync,
+        "idle_train_gpu_s": idle_train,
+        "idle_rollout_gpu_s": idle_rollout,
+        "train_gpus": np.full(n, train_gpus, np.int64),
+        "rollout_gpus": np.full(n, rollout_gpus, np.int64),
+        "device_roles": [device_roles(train_gpus, rollout_gpus) for _ in range(n)],
+        "rollout_batch_id": step,
+        "rollout_weights_version": step if mode in _SEQUENTIAL else np.maximum(step - 1, 0),
+        **lengths,
+    }
+
+
+def _filled(column: np.ndarray | None, default: np.ndarray, scale: float) -> np.ndarray:
+    if column is None:
+        return default
+    return np.where(np.isnan(column), default, column * scale)
+
+
+def _step_seconds(col, mode, rollout, train, sync, wait, scale, notes) -> np.ndarray:
+    derived = (
+        rollout + train + sync
+        if mode in _SEQUENTIAL
+        else (
+            np.nan_to_num(wait) + train + sync
+            if wait is not None
+            else np.maximum(rollout, train) + sync
+        )
+    )
+    if "step_s" in col:
+        step_s = np.where(np.isnan(col["step_s"]), derived, col["step_s"] * scale)
+        missing = int(np.isnan(col["step_s"]).sum())
+        if missing:
+            notes.append(f"{missing} rows lack the step time: derived from the stage times")
+        return step_s
+    how = {
+        True: "rollout_s + train_s + sync_s (stages run one after another)",
+        False: "wait + train_s + sync_s"
+        if wait is not None
+        else "max(rollout_s, train_s) + sync_s",
+    }[mode in _SEQUENTIAL]
+    notes.append(f"no step-time column: step_s = {how}")
+    return derived
+
+
+def _idle(mode, step_s, rollout, train, sync, wait, t_gpus, r_gpus, notes):
+    n = len(step_s)
+    if mode is PipelineMode.COLOCATED:
+        notes.append("colocated: idle GPU-seconds are 0 and train_gpus = rollout_gpus = all GPUs")
+        return np.zeros(n), np.zeros(n)
+    if mode is PipelineMode.SYNC_DISAGGREGATED:
+        notes.append("idle GPU-seconds = (step_s - own stage time) x the role's GPUs")
+        return (
+            np.clip(step_s - train, 0, None) * t_gpus,
+            np.clip(step_s - rollout, 0, None) * r_gpus,
+        )
+    if wait is not None:
+        idle_train = np.nan_to_num(wait) * t_gpus
+    else:
+        idle_train = np.clip(step_s - sync - train, 0, None) * t_gpus
+    notes.append(
+        "idle GPU-seconds: training = wait (or step_s - sync_s - train_s) x train_gpus; "
+        "rollout = max(0, step_s - sync_s - rollout_s) x rollout_gpus"
+    )
+    return idle_train, np.clip(step_s - sync - rollout, 0, None) * r_gpus
+
+
+def _lengths(col: dict, n: int, options: ImportOptions, notes: list[str]) -> dict:
+    resp_mean = col.get("response_len_mean")
+    prompt_mean = col.get("prompt_len_mean")
+    if resp_mean is None:
+        resp_mean = np.zeros(n)
+        notes.append(
+            "no response-length column: lengths set to 0 (map response_len_mean to replay the "
+            "workload)"
+        )
+    resp_mean = np.nan_to_num(resp_mean)
+    resp_max = col.get("response_len_max")
+    if resp_max is None:
+        resp_max = resp_mean
+        notes.append("no longest-response column: response_len_max = mean (no long tail known)")
+    resp_max = np.maximum(np.where(np.isnan(resp_max), resp_mean, resp_max), resp_mean)
+    per_sample = resp_mean + (np.nan_to_num(prompt_mean) if prompt_mean is not None else 0.0)
+    if "num_samples" in col:
+        num = np.nan_to_num(col["num_samples"])
+    elif options.num_samples_per_step is not None:
+        num = np.full(n, float(options.num_samples_per_step))
+    elif "tokens" in col and np.all(per_sample > 0):
+        num = np.rint(np.nan_to_num(col["tokens"]) / per_sample)
+        notes.append("num_samples inferred as tokens / (mean prompt + mean response length)")
+    else:
+        num = np.zeros(n)
+        notes.append("batch size unknown: num_samples = 0 (give num_samples_per_step)")
+    if "tokens" in col:
+        tokens = np.nan_to_num(col["tokens"])
+    else:
+        tokens = num * per_sample
+        if num.any():
+            notes.append(
+                "tokens inferred as num_samples x (mean prompt + mean response length)"
+                + ("" if prompt_mean is not None else "; prompt lengths unknown, counted as 0")
+            )
+    p50 = col.get("response_len_p50")
+    p99 = col.get("response_len_p99")
+    if p50 is None or p99 is None:
+        notes.append("median/p99 response lengths not mapped: set to the mean and the max")
+    return {
+        "num_samples": np.rint(num).astype(np.int64),
+        "tokens": np.rint(tokens).astype(np.int64),
+        "response_len_mean": resp_mean,
+        "response_len_p50": resp_mean if p50 is None else np.where(np.isnan(p50), resp_mean, p50),
+        "response_len_p99": resp_max if p99 is None else np.where(np.isnan(p99), resp_max, p99),
+        "response_len_max": resp_max,
+    }
