@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 CPU = torch.device("cpu")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     sizes=st.lists(st.integers(min_value=0, max_value=5000), min_size=1, max_size=12),
     chunk_bytes=st.integers(min_value=1, max_value=3000),
@@ -213,7 +213,7 @@ def _sender(config: StagingConfig, pool_name: str, queue) -> None:
 
 def test_peak_resident_memory_stays_within_budget_while_moving_a_larger_state() -> None:
     config = StagingConfig(chunk_bytes=CHUNK_BYTES, num_buffers=NUM_BUFFERS, peer_timeout_s=60)
-    ctx = mp.get_context("spawn")
+    ctx = mp.get_context("fork")
     name_queue, recv_queue, send_queue = ctx.Queue(), ctx.Queue(), ctx.Queue()
     receiver = ctx.Process(target=_receiver, args=(config, name_queue, recv_queue))
     receiver.start()

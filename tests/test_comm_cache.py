@@ -1,0 +1,135 @@
+"""Communicator reuse: plans are consistent for any candidate set, every rank creates groups in one
+order, and after the background build a resize binds ready, working groups without creating any
+(while the ablation builds them on the spot)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+import torch
+import torch.distributed as dist
+from dynaresize.executor.comm_cache import (
+    CommunicatorCache,
+    GroupKind,
+    distinct_memberships,
+    plan_topology,
+)
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import Role
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    num_workers=st.integers(min_value=2, max_value=16),
+    data=st.data(),
+)
+def test_plans_partition_the_workers_and_memberships_are_deduplicated(num_workers, data) -> None:
+    trains = data.draw(
+        st.lists(st.integers(1, num_workers - 1), min_size=1, max_size=num_workers, unique=True)
+    )
+    candidates = [Allocation(train_gpus=t, rollout_gpus=num_workers - t) for t in trains]
+    plans = [plan_topology(a) for a in candidates]
+    order = distinct_memberships(plans)
+    assert len(order) == len(set(order))
+    for plan in plans:
+        assert sorted(plan.trainer_ranks + plan.rollout_ranks) == list(range(num_workers))
+        assert len(plan.trainer_ranks) == plan.allocation.train_gpus
+        for rank in range(num_workers):
+            dp = plan.dp_rank(rank)
+            assert (dp is not None) == (plan.role(rank) is Role.TRAIN)
+            if dp is not None:
+                assert plan.trainer_ranks[dp] == rank
+        for members in plan.memberships.values():
+            assert members in order
+        sync = plan.memberships[GroupKind.WEIGHT_SYNC]
+        assert set(plan.rollout_ranks) <= set(sync) and plan.trainer_ranks[0] in sync
+    # The order is a pure function of the set of plans: any rank computes the same one.
+    assert order == distinct_memberships(list(reversed(plans)))
+
+
+def test_a_role_map_of_the_wrong_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="role map"):
+        plan_topology(Allocation(train_gpus=2, rollout_gpus=2), roles_of=lambda a: [Role.TRAIN])
+
+
+CANDIDATES = ["3:1", "2:2", "1:3"]
+WORLD = 4
+
+
+def _worker(rank: int, init_file: str, queue) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    candidates = [Allocation.parse(c) for c in CANDIDATES]
+    report: dict = {"rank": rank}
+    try:
+        cache = CommunicatorCache(rank=rank, world_size=WORLD, candidates=candidates)
+        cache.start_prewarm()
+        # Training steps go on meanwhile, on the world group, from the main thread.
+        for step in range(20):
+            value = torch.tensor([float(rank + step)])
+            dist.all_reduce(value)
+            assert value.item() == sum(range(WORLD)) + WORLD * step
+        assert cache.wait_prewarmed(60)
+        report["reuse"] = [_exercise(cache, a, rank) for a in candidates]
+        report["background"] = cache.stats.groups_built_in_background
+        dist.barrier()
+        ablation = CommunicatorCache(
+            rank=rank, world_size=WORLD, candidates=candidates, reuse=False
+        )
+        report["ablation"] = [_exercise(ablation, a, rank) for a in candidates]
+    except Exception as exc:  # reported to the test
+        report["error"] = repr(exc)
+    queue.put(report)
+    dist.destroy_process_group()
+
+
+def _exercise(cache: CommunicatorCache, allocation: Allocation, rank: int) -> dict:
+    bound = cache.bind(allocation)
+    plan = bound.plan
+    dp_group = bound.group(GroupKind.TRAIN_DP)
+    result = {"built_on_bind": bound.built_on_bind, "dp_sum": None, "synced": None}
+    if plan.dp_rank(rank) is not None:
+        assert dp_group is not None
+        value = torch.tensor([float(rank + 1)])
+        dist.all_reduce(value, group=dp_group)
+        result["dp_sum"] = value.item()
+    else:
+        assert dp_group is None
+    sync_group = bound.group(GroupKind.WEIGHT_SYNC)
+    if sync_group is not None:
+        weights = torch.full((4,), 7.5) if rank == plan.trainer_ranks[0] else torch.zeros(4)
+        dist.broadcast(weights, src=plan.trainer_ranks[0], group=sync_group)
+        result["synced"] = bool(torch.all(weights == 7.5))
+    return result
+
+
+def test_bound_groups_are_prebuilt_and_work_on_four_ranks(tmp_path) -> None:
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    procs = [
+        ctx.Process(target=_worker, args=(r, str(tmp_path / "init"), queue)) for r in range(WORLD)
+    ]
+    for p in procs:
+        p.start()
+    reports = sorted((queue.get(timeout=120) for _ in procs), key=lambda r: r["rank"])
+    for p in procs:
+        p.join(timeout=30)
+    for report in reports:
+        assert "error" not in report, report
+    candidates = [Allocation.parse(c) for c in CANDIDATES]
+    num_distinct = len(distinct_memberships([plan_topology(a) for a in candidates]))
+    for report in reports:
+        rank = report["rank"]
+        assert report["background"] == num_distinct
+        for mode in ("reuse", "ablation"):
+            for allocation, result in zip(candidates, report[mode], strict=True):
+                plan = plan_topology(allocation)
+                expected_built = 0 if mode == "reuse" else len(plan.memberships)
+                assert result["built_on_bind"] == expected_built
+                if rank in plan.trainer_ranks:
+                    assert result["dp_sum"] == sum(r + 1 for r in plan.trainer_ranks)
+                in_sync = rank in plan.memberships[GroupKind.WEIGHT_SYNC]
+                assert result["synced"] is (True if in_sync else None)
