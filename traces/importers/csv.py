@@ -149,7 +149,8 @@ def import_csv(
         cluster=options.cluster,
         notes=notes,
     )
-    return Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
+    trace = Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
+    return trace.validated(source=str(path))
 
 
 def _step_column(header: list[str], mapping: CsvMapping, *, source: str) -> str:

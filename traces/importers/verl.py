@@ -130,7 +130,8 @@ def import_verl(
         cluster=options.cluster,
         notes=notes,
     )
-    return Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
+    trace = Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
+    return trace.validated(source=str(path))
 
 
 def _read_rows(path: Path, problems: LineProblems) -> tuple[list[_VerlRow], int]:
