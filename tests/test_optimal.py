@@ -11,16 +11,19 @@ from dynaresize.twin.optimal import (
     offline_optimum,
     regret_against_optimum,
     schedule_total_s,
+    uniform_resize_matrix,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 
-def brute_force(step_s, resize_s, initial_index):
+def brute_force(step_s, resize_s, initial_index, move_before_first_step=False):
     num_steps, num_candidates = step_s.shape
     best = None
     for path in itertools.product(range(num_candidates), repeat=num_steps):
+        if not move_before_first_step and path[0] != initial_index:
+            continue
         total = schedule_total_s(step_s, resize_s, initial_index=initial_index, path=np.array(path))
         best = total if best is None else min(best, total)
     return best
@@ -40,11 +43,14 @@ def problems(draw):
 
 
 @settings(max_examples=200, deadline=None)
-@given(problem=problems())
-def test_dynamic_program_equals_brute_force(problem):
+@given(problem=problems(), early=st.booleans())
+def test_dynamic_program_equals_brute_force(problem, early):
     step_s, resize_s, initial = problem
-    optimum = offline_optimum(step_s, resize_s, initial_index=initial)
-    assert optimum.total_s == pytest.approx(brute_force(step_s, resize_s, initial), abs=1e-9)
+    optimum = offline_optimum(step_s, resize_s, initial_index=initial, move_before_first_step=early)
+    expected = brute_force(step_s, resize_s, initial, move_before_first_step=early)
+    assert optimum.total_s == pytest.approx(expected, abs=1e-9)
+    if not early:
+        assert optimum.candidate_index[0] == initial
     # the returned path really costs what it claims
     again = schedule_total_s(step_s, resize_s, initial_index=initial, path=optimum.candidate_index)
     assert again == pytest.approx(optimum.total_s, abs=1e-9)
@@ -59,19 +65,22 @@ def test_paper_like_case_moves_once_when_it_pays():
     resize_s = np.array([[0.0, 187.2], [187.2, 0.0]])
     optimum = offline_optimum(step_s, resize_s, initial_index=0)
     assert optimum.num_resizes == 1
-    assert optimum.candidate_index[0] == 1
-    assert optimum.total_s == pytest.approx(187.2 + 100 * 23.93)
+    assert optimum.candidate_index[:2].tolist() == [0, 1]  # moves at the first boundary
+    assert optimum.total_s == pytest.approx(39.84 + 187.2 + 99 * 23.93)
+    early = offline_optimum(step_s, resize_s, initial_index=0, move_before_first_step=True)
+    assert early.total_s == pytest.approx(187.2 + 100 * 23.93)
 
 
 def test_short_run_does_not_move():
-    # 11 steps save 11 * 15.91 = 175 s < 187.2 s: staying is optimal (break-even ~11.8 steps).
-    step_s = np.tile([39.84, 23.93], (11, 1))
+    # 11 steps after the first save 11 * 15.91 = 175 s < 187.2 s: staying is optimal
+    # (break-even ~11.8 steps); 12 save 190.9 s > 187.2 s.
+    step_s = np.tile([39.84, 23.93], (12, 1))
     resize_s = np.array([[0.0, 187.2], [187.2, 0.0]])
     optimum = offline_optimum(step_s, resize_s, initial_index=0)
     assert optimum.num_resizes == 0
-    assert optimum.total_s == pytest.approx(11 * 39.84)
-    twelve = offline_optimum(np.tile([39.84, 23.93], (12, 1)), resize_s, initial_index=0)
-    assert twelve.num_resizes == 1
+    assert optimum.total_s == pytest.approx(12 * 39.84)
+    thirteen = offline_optimum(np.tile([39.84, 23.93], (13, 1)), resize_s, initial_index=0)
+    assert thirteen.num_resizes == 1
 
 
 def test_regime_switch_moves_there_and_back():
@@ -92,6 +101,7 @@ def test_best_static_and_regret():
     assert regret.optimal_total_s == pytest.approx(3.0)
     assert regret.regret_s == pytest.approx(6.0)
     assert regret.regret_fraction == pytest.approx(2.0)
+    assert uniform_resize_matrix(3, 7.0).tolist() == [[0, 7, 7], [7, 0, 7], [7, 7, 0]]
 
 
 def test_bad_inputs_raise_value_error():
@@ -105,3 +115,47 @@ def test_bad_inputs_raise_value_error():
         offline_optimum(np.ones((2, 2)), np.zeros((2, 2)), initial_index=2)
     empty = offline_optimum(np.zeros((0, 2)), np.zeros((2, 2)), initial_index=1)
     assert empty.total_s == 0.0 and empty.num_resizes == 0
+
+
+def _scenario(num_steps: int, workload: str = "regime_switch"):
+    from dynaresize.twin.config import ScenarioConfig
+
+    return ScenarioConfig.model_validate(
+        {
+            "cluster": {
+                "gpus_per_node": 8,
+                "intra_node_bandwidth_gbps": 400,
+                "gpu_memory_gb": 96,
+                "candidate_topologies": ["6:2", "5:3", "4:4", "3:5"],
+                "initial_allocation": "6:2",
+            },
+            "model": {"num_params_b": 8},
+            "workload": {"preset": workload, "samples_per_step": 64},
+            "simulation": {"num_steps": num_steps},
+        }
+    )
+
+
+def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
+    from dynaresize.twin.optimal import optimum_of_context, regret_of_run
+    from dynaresize.twin.simulate import build_context, simulate
+
+    config = _scenario(60)
+    context = build_context(config)
+    optimum = optimum_of_context(context)
+    for policy in ({"kind": "static"}, {"kind": "greedy"}, {"kind": "hysteresis"}):
+        result = simulate(config, policy, context=context)
+        assert regret_of_run(result.summary.total_s, context).regret_s >= -1e-6, policy
+    # a schedule that makes the optimum's moves pays its critical paths plus background work
+    path = optimum.candidate_index
+    labels = [c.label for c in context.step_costs.candidates]
+    moves = [
+        {"step": int(k - 1), "allocation": labels[path[k]]}
+        for k in range(1, len(path))
+        if path[k] != path[k - 1]
+    ]
+    result = simulate(config, {"kind": "scheduled", "schedule": moves}, context=context)
+    background_s = context.plan.slowdown_s + context.plan.background_tail_s
+    assert result.summary.num_resizes == optimum.num_resizes
+    assert optimum.total_s - 1e-6 <= result.summary.total_s
+    assert result.summary.total_s <= optimum.total_s + optimum.num_resizes * background_s + 1e-6

@@ -78,13 +78,18 @@ def _check_inputs(step_s: np.ndarray, resize_s: np.ndarray, initial_index: int) 
 
 
 def offline_optimum(
-    step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int
+    step_s: np.ndarray,
+    resize_s: np.ndarray,
+    *,
+    initial_index: int,
+    move_before_first_step: bool = False,
 ) -> OptimalSchedule:
     """Minimum-total-time schedule over steps x candidates, with resize costs.
 
     `step_s[k, c]` is the time of step k on candidate c; `resize_s[p, c]` the cost of moving from
     p to c (its diagonal is ignored: staying costs nothing). The schedule starts on
-    `initial_index`. Ties go to the lower candidate index and to staying put.
+    `initial_index` and, like every policy (which first decides after step 0), keeps it for the
+    first step unless `move_before_first_step`. Ties go to staying put, then to the lower index.
     """
     step_s = np.asarray(step_s, dtype=np.float64)
     resize_s = np.array(resize_s, dtype=np.float64)
@@ -97,6 +102,8 @@ def offline_optimum(
     came_from = np.empty((num_steps, num_candidates), dtype=np.int64)
     came_from[0] = initial_index
     best = resize_s[initial_index] + step_s[0]
+    if not move_before_first_step:
+        best = np.where(np.arange(num_candidates) == initial_index, step_s[0], np.inf)
     for k in range(1, num_steps):
         via = best[:, None] + resize_s  # via[p, c]: reach c at step k from p at step k-1
         came_from[k] = np.argmin(via, axis=0)
@@ -151,9 +158,35 @@ def best_static(step_s: np.ndarray) -> tuple[int, float]:
 def regret_against_optimum(
     policy_total_s: float, step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int
 ) -> Regret:
-    """A policy's regret against the offline optimum of the same per-step cost matrix.
-
-    The one call the twin's simulate() and the replay make to report regret.
-    """
+    """A policy's regret against the offline optimum of the same per-step cost matrix."""
     optimum = offline_optimum(step_s, resize_s, initial_index=initial_index)
     return Regret(policy_total_s=float(policy_total_s), optimal_total_s=optimum.total_s)
+
+
+def uniform_resize_matrix(num_candidates: int, cost_s: float) -> np.ndarray:
+    """Every move costs `cost_s`, staying costs nothing (the twin's resize plan is per strategy,
+    not per pair of splits)."""
+    matrix = np.full((num_candidates, num_candidates), float(cost_s))
+    np.fill_diagonal(matrix, 0.0)
+    return matrix
+
+
+def optimum_of_context(context) -> OptimalSchedule:
+    """The offline optimum of a twin run's context (`twin.simulate.SimContext`).
+
+    Uses the static step-time matrix the pipeline reads and, per move, only the resize's
+    critical path: the stall every resize costs at least. Background work can only add to that,
+    so in the lockstep modes no policy simulated on the same context can beat this total.
+    """
+    step_costs = context.step_costs
+    initial = step_costs.index(context.config.cluster.initial_allocation)
+    resize_s = uniform_resize_matrix(len(step_costs.candidates), context.plan.critical_s)
+    return offline_optimum(step_costs.step_s, resize_s, initial_index=initial)
+
+
+def regret_of_run(total_s: float, context) -> Regret:
+    """Regret of a run on a twin context: call it with `SimResult.summary.total_s` and
+    `SimResult.context`, so simulate(), sweeps and replays report it the same way."""
+    return Regret(
+        policy_total_s=float(total_s), optimal_total_s=optimum_of_context(context).total_s
+    )
