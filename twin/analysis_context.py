@@ -1,42 +1,83 @@
 """What the trace-analysis commands (calibrate, breakeven, replay) take from an optional config.
 
 A trace says what happened; to ask "what if" the commands also need the cluster (candidate
-splits, links, tensor-parallel size), the model (bytes per parameter) and base cost parameters.
-With `--config` they come from there; without it, from the trace's metadata and stated defaults,
-each default named in `assumptions` so the output can say what was assumed.
+splits, links, tensor-parallel size), the model (bytes per parameter), the pipeline mode and base
+cost parameters: a twin scenario. With `--config` it is that file's; without, it is built from
+the trace's metadata and stated defaults, each default named in `assumptions` so the output can
+say what was assumed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..policies.types import Allocation
 from ..traces.io import Trace
+from ..traces.schema import PipelineMode as TracePipelineMode
+from .config import ClusterConfig, ConfigError, PipelineMode, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
-from .costs.memory import ModelConfig
+from .costs.memory import ModelConfig, check_candidate
 from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS
 
 BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent.parent / "dynaresize" / "configs"
 
+DEFAULT_GPU_MEMORY_GB = 96.0
+"""GPU memory assumed without a config or a known GPU type (the paper's H20)."""
+GPU_MEMORY_GB = {"H20": 96.0, "H100": 80.0, "H800": 80.0, "H200": 141.0, "A100": 80.0}
+
+_USABLE_MEMORY_FRACTION = ClusterConfig.model_fields["usable_memory_fraction"].default
+
+_MODES = {
+    TracePipelineMode.ONE_STEP_OFF: PipelineMode.ONE_STEP_OFF,
+    TracePipelineMode.SYNC_DISAGGREGATED: PipelineMode.SYNC,
+    TracePipelineMode.COLOCATED: PipelineMode.SYNC,
+    TracePipelineMode.FULLY_ASYNC: PipelineMode.ASYNC,
+}
+
 
 @dataclass(frozen=True)
 class AnalysisContext:
-    """Everything besides the trace that fitting, replay and break-even need."""
+    """A twin scenario for the traced job, and what had to be assumed to build it."""
 
-    model: ModelConfig
-    candidates: tuple[Allocation, ...]
-    initial: Allocation
-    rollout_tp_size: int
-    sync_bandwidth_gbps: float
-    costs: CostModels
-    scenario: object | None = None
-    """The loaded ScenarioConfig when --config was given (replay simulates with it)."""
+    scenario: ScenarioConfig
+    from_config: bool
     assumptions: list[str] = field(default_factory=list)
 
     @property
+    def model(self) -> ModelConfig:
+        return self.scenario.model
+
+    @property
+    def costs(self) -> CostModels:
+        return self.scenario.costs
+
+    @property
+    def candidates(self) -> tuple[Allocation, ...]:
+        return tuple(self.scenario.cluster.candidate_topologies)
+
+    @property
+    def initial(self) -> Allocation:
+        return self.scenario.cluster.initial_allocation
+
+    @property
     def total_gpus(self) -> int:
-        return self.initial.total_gpus
+        return self.scenario.cluster.total_gpus
+
+    @property
+    def rollout_tp_size(self) -> int:
+        return self.scenario.cluster.rollout_tensor_parallel_size
+
+    @property
+    def sync_bandwidth_gbps(self) -> float:
+        return self.scenario.cluster.weight_sync_bandwidth_gbps()
+
+    def with_costs(self, costs: CostModels) -> AnalysisContext:
+        return replace(self, scenario=self.scenario.model_copy(update={"costs": costs}))
+
+    def scenario_for_steps(self, num_steps: int) -> ScenarioConfig:
+        simulation = self.scenario.simulation.model_copy(update={"num_steps": max(1, num_steps)})
+        return self.scenario.model_copy(update={"simulation": simulation})
 
 
 def resolve_config_path(config: str | Path) -> Path:
@@ -48,72 +89,92 @@ def resolve_config_path(config: str | Path) -> Path:
     return Path(text)
 
 
-def load_scenario(config: str | Path):
-    """The scenario of a config file or built-in name (raises ConfigError naming file and field)."""
-    from .config import load_config
-
-    return load_config(resolve_config_path(config))
-
-
 def context_from_config(
     config: str | Path | None, traces: list[Trace], *, costs_path: str | Path | None = None
 ) -> AnalysisContext:
     """The context from `--config` when given, else from the traces' metadata and defaults."""
     if config is not None:
-        scenario = load_scenario(config)
-        cluster = scenario.cluster
-        costs = scenario.costs
-        if costs_path is not None:
-            costs = load_costs(costs_path, base=costs)
-        return AnalysisContext(
-            model=scenario.model,
-            candidates=tuple(cluster.candidate_topologies),
-            initial=cluster.initial_allocation,
-            rollout_tp_size=cluster.rollout_tensor_parallel_size,
-            sync_bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
-            costs=costs,
-            scenario=scenario,
-        )
-    return _context_from_traces(traces, costs_path=costs_path)
+        context = AnalysisContext(load_config(resolve_config_path(config)), from_config=True)
+    else:
+        context = _context_from_traces(traces)
+    if costs_path is not None:
+        context = context.with_costs(load_costs(costs_path, base=context.costs))
+    return context
 
 
-def _context_from_traces(traces: list[Trace], *, costs_path: str | Path | None) -> AnalysisContext:
-    assumptions = []
-    first = traces[0].steps.iloc[0] if traces and len(traces[0].steps) else None
+def _start_allocation(traces: list[Trace], assumptions: list[str]) -> Allocation:
     meta = traces[0].meta if traces else None
-    train = meta.start_train_gpus if meta and meta.start_train_gpus else None
-    rollout = meta.start_rollout_gpus if meta and meta.start_rollout_gpus else None
-    if (train is None or rollout is None) and first is not None:
+    train = meta.start_train_gpus if meta else None
+    rollout = meta.start_rollout_gpus if meta else None
+    if not (train and rollout) and traces and len(traces[0].steps):
+        first = traces[0].steps.iloc[0]
         train, rollout = int(first["train_gpus"]), int(first["rollout_gpus"])
-    if not train or not rollout:
-        total = (meta.num_gpus if meta and meta.num_gpus else None) or 8
-        train, rollout = total - total // 2, total // 2
-        assumptions.append(
-            f"the trace shows no disaggregated split: assumed {train}:{rollout} to start"
-        )
-    initial = Allocation(train_gpus=train, rollout_gpus=rollout)
+    if train and rollout:
+        return Allocation(train_gpus=train, rollout_gpus=rollout)
+    total = (meta.num_gpus if meta and meta.num_gpus else None) or (train or 0) + (rollout or 0)
+    total = total if total >= 2 else 8
+    train, rollout = total - total // 2, total // 2
+    assumptions.append(f"the trace shows no disaggregated split: assumed {train}:{rollout}")
+    return Allocation(train_gpus=train, rollout_gpus=rollout)
+
+
+def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
+    assumptions: list[str] = []
+    meta = traces[0].meta if traces else None
+    initial = _start_allocation(traces, assumptions)
     total = initial.total_gpus
-    candidates = tuple(
-        Allocation(train_gpus=t, rollout_gpus=total - t) for t in range(total - 1, 0, -1)
-    )
-    assumptions.append(
-        "no --config: candidates are every split of "
-        f"{total} GPUs ({', '.join(c.label for c in candidates)}), rollout tensor-parallel size 1"
-    )
     size = next((t.meta.model_params_b for t in traces if t.meta.model_params_b), None)
     if size is None:
         size = DEFAULT_MODEL_PARAMS_B
         assumptions.append(f"model size not given: assumed {size:g}B parameters")
+    model = ModelConfig(num_params_b=size)
+    gpu_type = (meta.gpu_type or "").upper() if meta else ""
+    memory_gb = GPU_MEMORY_GB.get(gpu_type)
+    if memory_gb is None:
+        memory_gb = DEFAULT_GPU_MEMORY_GB
+        assumptions.append(f"GPU memory not known: assumed {memory_gb:g} GB per GPU")
     assumptions.append(
         f"weight-sync link not given: assumed {DEFAULT_SYNC_BANDWIDTH_GBPS:g} GB/s (one node)"
     )
-    costs = load_costs(costs_path) if costs_path is not None else CostModels()
-    return AnalysisContext(
-        model=ModelConfig(num_params_b=size),
-        candidates=candidates,
-        initial=initial,
-        rollout_tp_size=1,
-        sync_bandwidth_gbps=DEFAULT_SYNC_BANDWIDTH_GBPS,
-        costs=costs,
-        assumptions=assumptions,
+    candidates, dropped = [], []
+    for train in range(total - 1, 0, -1):
+        label = f"{train}:{total - train}"
+        check = check_candidate(
+            model,
+            label=label,
+            train_gpus=train,
+            tensor_parallel_size=1,
+            usable_gpu_memory_gb=memory_gb * _USABLE_MEMORY_FRACTION,
+        )
+        (candidates if check.feasible else dropped).append(label)
+    if initial.label not in candidates:
+        raise ConfigError(
+            f"the traced split {initial.label} does not fit in memory under the assumed "
+            f"{memory_gb:g} GB GPUs and {size:g}B model: pass --config with the real cluster"
+        )
+    assumptions.append(
+        f"no --config: candidates are the memory-feasible splits of {total} GPUs "
+        f"({', '.join(candidates)}), rollout tensor-parallel size 1"
+        + (f"; left out for memory: {', '.join(dropped)}" if dropped else "")
     )
+    mode = _MODES.get(meta.pipeline_mode) if meta and meta.pipeline_mode else None
+    if mode is None:
+        mode = PipelineMode.ONE_STEP_OFF
+        assumptions.append("pipeline mode not given: assumed one_step_off")
+    scenario = ScenarioConfig.model_validate(
+        {
+            "name": (meta.source_path and Path(meta.source_path).stem) or "trace",
+            "cluster": {
+                "gpus_per_node": total,
+                "intra_node_bandwidth_gbps": DEFAULT_SYNC_BANDWIDTH_GBPS,
+                "gpu_memory_gb": memory_gb,
+                "candidate_topologies": candidates,
+                "initial_allocation": initial.label,
+            },
+            "model": model.model_dump(),
+            # Never generated from: analyses run on the trace's own workload.
+            "workload": "low_variance",
+            "pipeline": {"mode": mode.value},
+        }
+    )
+    return AnalysisContext(scenario, from_config=False, assumptions=assumptions)
