@@ -21,10 +21,13 @@ runs are cached under `out/cache/`, so a repeated or extended sweep only runs wh
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
+import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -92,6 +95,22 @@ class SweepPlan:
         return list(unique.values())
 
 
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of the source of every package a run's result depends on, so that cached runs
+    made by other code (an edited cost model, a fixed policy) are run again, never reused."""
+    import dynaresize.policies
+    import dynaresize.traces
+
+    sha = hashlib.sha256()
+    for package in (dynaresize.policies, dynaresize.traces, sys.modules[__package__]):
+        root = Path(package.__file__).parent
+        for source in sorted(root.rglob("*.py")):
+            sha.update(str(source.relative_to(root)).encode())
+            sha.update(source.read_bytes())
+    return sha.hexdigest()[:20]
+
+
 def _digest(payload: Any) -> str:
     text = json.dumps(canonical(payload), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -149,10 +168,9 @@ def _base_config(
 def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
     if source.trace_path is None:
         return None, None
-    from .sweep_eval import workload_for
+    from .sweep_eval import trace_num_steps
 
-    workload = workload_for(None, source.trace_path, 0)  # type: ignore[arg-type]
-    return workload.num_steps, _file_digest(Path(source.trace_path))
+    return trace_num_steps(source.trace_path), _file_digest(Path(source.trace_path))
 
 
 def plan_sweep(
@@ -199,7 +217,12 @@ def _planned_run(
     policy = resolved.policies[policy_index]
     run_config = resolved.model_copy(update={"policies": [policy]})
     baseline_config = resolved.model_copy(update={"policies": []})
-    identity = {"version": SWEEP_FORMAT_VERSION, "trace": trace_digest, "seed": seed}
+    identity = {
+        "version": SWEEP_FORMAT_VERSION,
+        "code": code_fingerprint(),
+        "trace": trace_digest,
+        "seed": seed,
+    }
     run_key = _digest({**identity, "config": run_config})
     baseline_key = _digest({**identity, "config": baseline_config, "what": "baseline"})
     return PlannedRun(
@@ -208,7 +231,7 @@ def _planned_run(
         policy_kind=str(getattr(policy.kind, "value", policy.kind)),
         source=source,
         seed=seed,
-        run=RunTask(run_key, run_config.model_dump_json(), source.trace_path, seed),
+        run=RunTask(run_key, baseline_key, run_config.model_dump_json(), source.trace_path, seed),
         baseline=BaselineTask(
             baseline_key, baseline_config.model_dump_json(), source.trace_path, seed
         ),
@@ -219,29 +242,52 @@ def _chunksize(num_tasks: int, num_workers: int) -> int:
     return max(1, math.ceil(num_tasks / (num_workers * TASKS_PER_WORKER_CHUNK)))
 
 
-@contextlib.contextmanager
-def _mapper(
-    *, jobs: int, ray_address: str | None
-) -> Iterator[Callable[[Callable, list], Iterable]]:
-    """An ordered `map(fn, tasks)` over the chosen engine; ordered results keep the table
-    deterministic whichever worker finished first."""
-    if ray_address is not None:
-        import ray
-        from ray.util.multiprocessing import Pool
+def _set_environment(env: dict[str, str]) -> None:
+    os.environ.update(env)
 
-        if not ray.is_initialized():
-            ray.init(address=None if ray_address == "local" else ray_address, log_to_driver=False)
-        pool = Pool(processes=jobs or None)
-        workers = pool._processes if hasattr(pool, "_processes") else max(1, jobs)
-        try:
-            yield lambda fn, tasks: pool.imap(fn, tasks, chunksize=_chunksize(len(tasks), workers))
-        finally:
-            pool.terminate()
-        return
+
+@contextlib.contextmanager
+def _ray_mapper(
+    *, jobs: int | None, ray_address: str, worker_env: dict[str, str]
+) -> Iterator[Callable[[Callable, list], Iterable]]:
+    """Ray's multiprocessing pool: one actor per worker on the cluster, ordered `imap`."""
+    import ray
+    from ray.util.multiprocessing import Pool
+
+    if not ray.is_initialized():
+        ray.init(address=None if ray_address == "local" else ray_address, log_to_driver=False)
+    remote_args = {"runtime_env": {"env_vars": worker_env}} if worker_env else None
+    pool = Pool(processes=jobs, ray_remote_args=remote_args)
+    num_workers = max(1, int(getattr(pool, "_processes", jobs or 1)))
+    try:
+        yield lambda fn, tasks: pool.imap(fn, tasks, chunksize=_chunksize(len(tasks), num_workers))
+    finally:
+        pool.terminate()
+
+
+@contextlib.contextmanager
+def _local_mapper(
+    *, jobs: int, worker_env: dict[str, str]
+) -> Iterator[Callable[[Callable, list], Iterable]]:
+    """Processes on this machine (forked where the platform allows: they inherit the compiled
+    kernels and imports of this one), ordered `map`; jobs=1 runs in this process."""
     if jobs == 1:
-        yield map
+        saved = {k: os.environ.get(k) for k in worker_env}
+        _set_environment(worker_env)
+        try:
+            yield map
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         return
-    with ProcessPoolExecutor(max_workers=jobs) as executor:
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else None)
+    with ProcessPoolExecutor(
+        max_workers=jobs, mp_context=context, initializer=_set_environment, initargs=(worker_env,)
+    ) as executor:
         yield lambda fn, tasks: executor.map(fn, tasks, chunksize=_chunksize(len(tasks), jobs))
 
 
@@ -263,6 +309,18 @@ def _execute(
             cache.add(row)
     finally:
         cache.flush()
+
+
+def _warm_up(plan: SweepPlan, baselines: ResultCache) -> None:
+    """Do the first pending baseline here, before local workers are forked from this process.
+
+    It compiles the twin's kernels and builds a context once, and forked workers inherit both
+    instead of each compiling again; the result is kept, so no work is wasted.
+    """
+    pending = [t for t in plan.baselines() if t.key not in baselines]
+    if pending:
+        baselines.add(evaluate_baseline(pending[0]))
+        baselines.flush()
 
 
 def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.DataFrame:
@@ -324,6 +382,7 @@ def run_sweep(
     out: str | os.PathLike | None = None,
     jobs: int | None = None,
     ray_address: str | None = None,
+    worker_env: dict[str, str] | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Run (or resume) a sweep and return its table, one row per run.
@@ -333,7 +392,9 @@ def run_sweep(
     (`best_static_allocation`, `best_static_time_s`, `offline_optimal_time_s`), and
     `speedup` (best static time over this run's time) and `regret_s`/`regret_frac` (time over
     the offline optimum). With `out`, the table goes to `out/results.parquet` and finished runs
-    are cached there; `jobs` defaults to every core (1 runs in this process).
+    are cached there. `jobs` defaults to every core here (1 runs in this process) or every
+    CPU of the Ray cluster at `ray_address` ("local" starts one on this machine);
+    `worker_env` sets environment variables in every worker.
     """
     base = _with_costs(_load_config(config), costs)
     plan = plan_sweep(
@@ -348,12 +409,18 @@ def run_sweep(
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-    num_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
-    if num_jobs < 1:
-        raise ConfigError(f"jobs must be at least 1, got {num_jobs}")
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    env = {str(k): str(v) for k, v in (worker_env or {}).items()}
     runs_cache = ResultCache(out_dir, "runs")
     baselines_cache = ResultCache(out_dir, "baselines")
-    with _mapper(jobs=num_jobs, ray_address=ray_address) as mapper:
+    if ray_address is None:
+        with _local_mapper(jobs=1, worker_env=env):
+            _warm_up(plan, baselines_cache)
+        engine = _local_mapper(jobs=jobs or os.cpu_count() or 1, worker_env=env)
+    else:
+        engine = _ray_mapper(jobs=jobs, ray_address=ray_address, worker_env=env)
+    with engine as mapper:
         _execute(
             evaluate_baseline,
             plan.baselines(),
@@ -390,3 +457,19 @@ def _write_outputs(
         "config": config.model_dump(mode="json"),
     }
     (out_dir / SPEC_FILENAME).write_text(json.dumps(spec, indent=2))
+
+
+def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting (swept values, policy, workload), averaged over seeds, best first."""
+    settings = [c for c in table.columns if "." in c] + ["policy", "workload"]
+    grouped = table.groupby(settings, sort=False, dropna=False)
+    summary = grouped.agg(
+        runs=("seed", "size"),
+        speedup=("speedup", "mean"),
+        speedup_sd=("speedup", "std"),
+        regret_frac=("regret_frac", "mean"),
+        resizes=("num_resizes", "mean"),
+        thrash=("thrash_count", "mean"),
+        total_time_s=("total_time_s", "mean"),
+    ).reset_index()
+    return summary.sort_values("speedup", ascending=False, kind="stable").reset_index(drop=True)

@@ -5,25 +5,32 @@ Two kinds of task, both plain data in and plain data out so they travel to any w
 - a baseline: every static split and the offline optimum for one config (policies aside),
   workload and seed -> computed once and shared by every run with the same baseline key.
 
-Workloads are generated (or read from a trace) once per worker process and kept in a small
-cache: tasks arrive grouped by workload and seed, so a worker rarely builds one twice.
+The expensive, policy-independent part of a run (the workload and the stage time of every step
+on every split: the twin's `SimContext`) is built once per worker process and context key and
+kept in a small cache; tasks arrive grouped by workload and seed, so a worker rarely builds one
+twice, and the baseline of a workload and seed is read off the very same context.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from dynaresize.traces.workload import Workload
 
 from .config import ScenarioConfig
+from .optimal import optimum_of_context
+from .simulate import SimContext, build_context, simulate
 
 
 @dataclass(frozen=True)
 class RunTask:
     key: str
+    context_key: str
+    """Runs that share it share a workload, seed and every policy-independent setting."""
     config_json: str
     """The resolved scenario, its `policies` holding exactly the policy to run."""
     trace_path: str | None
@@ -33,6 +40,7 @@ class RunTask:
 @dataclass(frozen=True)
 class BaselineTask:
     key: str
+    """Also the context key of the runs that use this baseline."""
     config_json: str
     """The resolved scenario; its policies are ignored."""
     trace_path: str | None
@@ -40,79 +48,70 @@ class BaselineTask:
 
 
 @functools.lru_cache(maxsize=4)
-def _config(config_json: str) -> ScenarioConfig:
-    return ScenarioConfig.model_validate_json(config_json)
-
-
-@functools.lru_cache(maxsize=4)
 def _trace_workload(trace_path: str) -> Workload:
-    from dynaresize.traces.io import read_trace
+    from .trace_source import open_trace
 
-    return read_trace(trace_path).to_workload()
-
-
-@functools.lru_cache(maxsize=4)
-def _synthetic_workload(workload_json: str, num_steps: int, seed: int) -> Workload:
-    from dynaresize.traces.synthetic import WorkloadConfig, generate_workload
-
-    return generate_workload(WorkloadConfig.model_validate_json(workload_json), num_steps, seed)
+    return open_trace(trace_path).to_workload()
 
 
-def workload_for(config: ScenarioConfig, trace_path: str | None, seed: int) -> Workload:
-    """The recorded workload of a trace, or the config's synthetic workload for this seed."""
-    if trace_path is not None:
-        return _trace_workload(trace_path)
-    return _synthetic_workload(config.workload.model_dump_json(), config.simulation.num_steps, seed)
+def trace_num_steps(trace_path: str) -> int:
+    return _trace_workload(trace_path).num_steps
 
 
-def _summary_dict(summary: Any) -> dict[str, Any]:
-    if hasattr(summary, "model_dump"):
-        return summary.model_dump(mode="json")
-    if isinstance(summary, dict):
-        return dict(summary)
-    return dict(vars(summary))
+_CONTEXTS: OrderedDict[str, SimContext] = OrderedDict()
+CONTEXTS_KEPT = 4
+"""Contexts a worker keeps: tasks come grouped by context, so a handful is plenty."""
+
+
+def _context(context_key: str, config: ScenarioConfig, trace_path: str | None, seed: int):
+    """Stage times of every step on every split, built once per worker and context key.
+
+    The key is a hash of everything the context depends on (the config but its policies, the
+    workload and the seed), so runs of different policies share one.
+    """
+    if context_key in _CONTEXTS:
+        _CONTEXTS.move_to_end(context_key)
+        return _CONTEXTS[context_key]
+    workload = _trace_workload(trace_path) if trace_path is not None else None
+    ctx = build_context(config, workload=workload, costs=config.costs, seed=seed)
+    _CONTEXTS[context_key] = ctx
+    while len(_CONTEXTS) > CONTEXTS_KEPT:
+        _CONTEXTS.popitem(last=False)
+    return ctx
 
 
 def evaluate_run(task: RunTask) -> dict[str, Any]:
     """Simulate one run; return its key and the measures the sweep table keeps."""
-    from .simulate import simulate
-
-    config = _config(task.config_json)
-    workload = workload_for(config, task.trace_path, task.seed)
-    result = simulate(
-        config, config.policies[0], workload=workload, costs=config.costs, seed=task.seed
-    )
-    summary = _summary_dict(result.summary)
-    steps, resizes = result.steps, result.resizes
+    config = ScenarioConfig.model_validate_json(task.config_json)
+    ctx = _context(task.context_key, config, task.trace_path, task.seed)
+    result = simulate(config, config.policies[0], context=ctx)
+    summary = result.summary
     return {
         "key": task.key,
-        "total_time_s": float(steps["end_s"].max()),
-        "num_steps": len(steps),
-        "num_resizes": int(resizes["resize_id"].nunique()) if len(resizes) else 0,
-        "thrash_count": int(summary["thrash_count"]),
-        "resize_time_s": float(summary.get("resize_time_s", 0.0)),
-        "gpu_idle_fraction": float(summary.get("gpu_idle_fraction", float("nan"))),
-        "final_allocation": f"{int(steps['train_gpus'].iloc[-1])}:"
-        f"{int(steps['rollout_gpus'].iloc[-1])}",
+        "total_time_s": float(summary.total_s),
+        "num_steps": int(summary.num_steps),
+        "num_resizes": int(summary.num_resizes),
+        "thrash_count": int(summary.thrash_count),
+        "resize_time_s": float(summary.resize_time_s),
+        "gpu_idle_fraction": float(summary.gpu_idle_fraction),
+        "steps_per_hour": float(summary.steps_per_hour),
+        "final_allocation": str(summary.final_allocation),
     }
 
 
 def evaluate_baseline(task: BaselineTask) -> dict[str, Any]:
     """Total time of every static split, the best of them, and the offline-optimal bound."""
-    from .baselines import static_total_times_s
-    from .optimal import offline_optimum_total_s
-
-    config = _config(task.config_json)
-    workload = workload_for(config, task.trace_path, task.seed)
-    static_s = static_total_times_s(config, workload=workload, costs=config.costs, seed=task.seed)
-    best = min(static_s, key=lambda label: (static_s[label], label))
-    optimum_s = offline_optimum_total_s(
-        config, workload=workload, costs=config.costs, seed=task.seed
-    )
+    config = ScenarioConfig.model_validate_json(task.config_json)
+    ctx = _context(task.key, config, task.trace_path, task.seed)
+    baselines = ctx.baselines
+    optimum = optimum_of_context(ctx)
     return {
         "key": task.key,
-        "best_static_allocation": best,
-        "best_static_time_s": float(static_s[best]),
-        "static_times_json": json.dumps({k: float(v) for k, v in sorted(static_s.items())}),
-        "offline_optimal_time_s": float(optimum_s),
+        "best_static_allocation": baselines.best_allocation,
+        "best_static_time_s": float(baselines.best_total_s),
+        "static_times_json": json.dumps(
+            {k: float(v) for k, v in sorted(baselines.totals_s.items())}
+        ),
+        "offline_optimal_time_s": float(optimum.total_s),
+        "offline_optimal_resizes": int(optimum.num_resizes),
     }

@@ -1,0 +1,116 @@
+"""`dynaresize sweep`: many twin runs over a grid or random sample of settings, one table."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from dynaresize.commands.guard import user_errors
+
+SUMMARY_ROWS = 15
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "sweep",
+        help="Sweep config fields by dotted path (grid or random) over workloads, traces and "
+        "seeds; write results.parquet and a heatmap.",
+    )(sweep)
+
+
+def sweep(
+    config: str = typer.Option(..., "--config", help="Scenario YAML file or built-in name."),
+    param: list[str] = typer.Option(
+        [],
+        "--param",
+        help="PATH=V1,V2,... (e.g. policy.cooldown_steps=5,10,20), or PATH=LOW..HIGH with "
+        "--random. Repeat for more parameters.",
+    ),
+    random: int | None = typer.Option(
+        None, "--random", help="Draw this many random points instead of the full grid."
+    ),
+    sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of the random points."),
+    seeds: int = typer.Option(1, "--seeds", help="Workload seeds per point: 0, 1, ... N-1."),
+    workload: list[str] = typer.Option(
+        [], "--workload", help="Workload preset to run on (repeat for several)."
+    ),
+    trace: list[Path] = typer.Option(
+        [], "--trace", help="Trace whose recorded workload to run on (repeat for several)."
+    ),
+    costs: Path | None = typer.Option(
+        None, "--costs", help="Calibrated cost parameters (YAML from `dynaresize calibrate`)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output folder (default: a new folder under runs/)."
+    ),
+    address: str | None = typer.Option(
+        None, "--address", help="Ray cluster address ('local' starts one here)."
+    ),
+    jobs: int | None = typer.Option(
+        None, "--jobs", help="Worker processes (default: every core, or the Ray cluster's CPUs)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    from dynaresize.twin.sweep import run_sweep, sweep_summary
+
+    target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
+    with user_errors(config):
+        table = run_sweep(
+            _resolve_config(config),
+            params=param,
+            random=random,
+            sample_seed=sample_seed,
+            seeds=seeds,
+            workloads=workload or None,
+            traces=trace or None,
+            costs=costs,
+            out=target,
+            jobs=jobs,
+            ray_address=address,
+            progress=progress,
+        )
+    summary = sweep_summary(table)
+    print(summary.head(SUMMARY_ROWS).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if len(summary) > SUMMARY_ROWS:
+        print(f"... {len(summary) - SUMMARY_ROWS} more settings in {target / 'results.parquet'}")
+    figure_path = _save_figure(table, target)
+    print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure_path}")
+
+
+def _resolve_config(name: str):
+    """A YAML path, or the name of a config shipped in dynaresize/configs."""
+    from dynaresize.twin.config import ConfigError, load_config
+
+    path = Path(name)
+    if path.exists():
+        return load_config(path)
+    shipped = Path(__file__).resolve().parent.parent / "configs" / f"{name}.yaml"
+    if shipped.exists():
+        return load_config(shipped)
+    raise ConfigError(f"{name}: no such config file or built-in config")
+
+
+def _save_figure(table, target: Path) -> Path:
+    """The cooldown-by-threshold style heatmap when two parameters vary, else policy bars."""
+    from dynaresize.twin import plots
+
+    varied = [c for c in table.columns if "." in c and table[c].nunique() > 1]
+    if len(varied) >= 2:
+        fig = plots.plot_sweep_heatmap(
+            table, x=varied[0], y=varied[1], title=f"Sweep: {len(table)} runs"
+        )
+        path = target / "heatmap.png"
+    else:
+        by = varied[0] if varied else "policy"
+        fig = plots.plot_policy_comparison(
+            table,
+            by=by,
+            metric="speedup",
+            metric_label="speedup against the best static split (×)",
+            title=f"Sweep: {len(table)} runs",
+        )
+        path = target / "comparison.png"
+    fig.savefig(path, dpi=110)
+    return path
