@@ -27,6 +27,7 @@ import os
 import select
 import struct
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -222,6 +223,29 @@ def _fifo_paths(name: str) -> tuple[str, str]:
     return base + ".ready", base + ".free"
 
 
+def _grant_path(pool_name: str, sender_id: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"{pool_name}.grant.{sender_id}")
+
+
+def _open_fifo(path: str) -> int:
+    """Open (creating if needed) a FIFO read-write: never blocks, either side may come first."""
+    with contextlib.suppress(FileExistsError):
+        os.mkfifo(path, 0o600)
+    return os.open(path, os.O_RDWR)
+
+
+def _read_message(fd: int, *, timeout_s: float, what: str) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout_s
+    data = b""
+    while len(data) < _MESSAGE.size:
+        left = deadline - time.monotonic()
+        readable, _, _ = select.select([fd], [], [], max(left, 0.0))
+        if not readable:
+            raise StagingError(f"no {what} within {timeout_s} s")
+        data += os.read(fd, _MESSAGE.size - len(data))
+    return _MESSAGE.unpack(data)
+
+
 class _Ring:
     """One mapping of a pool's segment and pipes, in the pool's owner or in a sender."""
 
@@ -268,18 +292,12 @@ class _Ring:
 
     def expect(self, fd_kind: str, transfer_id: int, index: int) -> None:
         fd = self._ready_fd if fd_kind == "ready" else self._free_fd
-        deadline = time.monotonic() + self.config.peer_timeout_s
-        data = b""
-        while len(data) < _MESSAGE.size:
-            left = deadline - time.monotonic()
-            readable, _, _ = select.select([fd], [], [], max(left, 0.0))
-            if not readable:
-                raise StagingError(
-                    f"staging pool {self.name!r}: no '{fd_kind}' message for chunk {index} of "
-                    f"transfer {transfer_id} within {self.config.peer_timeout_s} s"
-                )
-            data += os.read(fd, _MESSAGE.size - len(data))
-        got = _MESSAGE.unpack(data)
+        got = _read_message(
+            fd,
+            timeout_s=self.config.peer_timeout_s,
+            what=f"'{fd_kind}' message for chunk {index} of transfer {transfer_id} "
+            f"in staging pool {self.name!r}",
+        )
         if got != (transfer_id, index):
             raise StagingError(
                 f"staging pool {self.name!r}: expected '{fd_kind}' "
@@ -343,12 +361,23 @@ class StagingPool:
         self.name = name or f"dynaresize-stage-{uuid.uuid4().hex[:16]}"
         self._ring = _Ring(self.name, config, device=device, create=True)
         self._copier = _Copier(device)
+        self._grant_fds: dict[int, int] = {}
 
     def receive_into(
-        self, destination: Mapping[str, torch.Tensor], *, transfer_id: int
+        self,
+        destination: Mapping[str, torch.Tensor],
+        *,
+        transfer_id: int,
+        sender_id: int | None = None,
     ) -> TransferStats:
-        """Fill `destination` (allocated by the caller, on its device) from one sender's stream."""
+        """Fill `destination` (allocated by the caller, on its device) from one sender's stream.
+
+        With `sender_id`, the pool first grants that sender its turn: several senders may then
+        wait on one pool at once and each writes only when the receiver asks for its transfer.
+        """
         started = time.perf_counter()
+        if sender_id is not None:
+            self._grant(sender_id, transfer_id)
         specs = specs_of(destination)
         chunks = plan_chunks(specs, self.config.chunk_bytes)
         views = [_byte_view(t, name) for name, t in destination.items()]
@@ -373,11 +402,21 @@ class StagingPool:
                 f"destination's (sender's transfer {got_id}, {got_chunks} chunks vs {num_chunks})"
             )
 
+    def _grant(self, sender_id: int, transfer_id: int) -> None:
+        if sender_id not in self._grant_fds:
+            self._grant_fds[sender_id] = _open_fifo(_grant_path(self.name, sender_id))
+        os.write(self._grant_fds[sender_id], _MESSAGE.pack(transfer_id, -1))
+
     def reset(self) -> None:
         """Drop messages an aborted transfer left behind."""
         self._ring.drain()
 
     def close(self) -> None:
+        for sender_id, fd in self._grant_fds.items():
+            os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_grant_path(self.name, sender_id))
+        self._grant_fds.clear()
         self._ring.close(unlink=True)
 
 
@@ -388,19 +427,49 @@ class StagingSender:
         self.config = config
         self.device = device
         self._rings: dict[str, _Ring] = {}
-        self._copier = _Copier(device)
+        self._grant_fds: dict[tuple[str, int], int] = {}
+        self._lock = threading.Lock()
 
     def _ring_for(self, pool_name: str) -> _Ring:
-        if pool_name not in self._rings:
-            self._rings[pool_name] = _Ring(pool_name, self.config, device=self.device, create=False)
-        return self._rings[pool_name]
+        with self._lock:
+            if pool_name not in self._rings:
+                self._rings[pool_name] = _Ring(
+                    pool_name, self.config, device=self.device, create=False
+                )
+            return self._rings[pool_name]
+
+    def _await_grant(self, pool_name: str, sender_id: int, transfer_id: int) -> None:
+        key = (pool_name, sender_id)
+        with self._lock:
+            if key not in self._grant_fds:
+                self._grant_fds[key] = _open_fifo(_grant_path(pool_name, sender_id))
+            fd = self._grant_fds[key]
+        got = _read_message(
+            fd,
+            timeout_s=self.config.peer_timeout_s,
+            what=f"grant of transfer {transfer_id} from staging pool {pool_name!r}",
+        )
+        if got != (transfer_id, -1):
+            raise StagingError(f"staging pool {pool_name!r} granted {got}, not ({transfer_id}, -1)")
 
     def send(
-        self, pool_name: str, tensors: Mapping[str, torch.Tensor], *, transfer_id: int
+        self,
+        pool_name: str,
+        tensors: Mapping[str, torch.Tensor],
+        *,
+        transfer_id: int,
+        sender_id: int | None = None,
     ) -> TransferStats:
-        """Stream `tensors` into pool `pool_name`; returns once the receiver freed every slot."""
+        """Stream `tensors` into pool `pool_name`; returns once the receiver freed every slot.
+
+        With `sender_id`, waits for the receiver's grant of this transfer before writing. Sends to
+        different pools may run in parallel threads; each thread gets its own copy stream.
+        """
         started = time.perf_counter()
         ring = self._ring_for(pool_name)
+        if sender_id is not None:
+            self._await_grant(pool_name, sender_id, transfer_id)
+        copier = _Copier(self.device)
         specs = specs_of(tensors)
         chunks = plan_chunks(specs, self.config.chunk_bytes)
         views = [_byte_view(t, name) for name, t in tensors.items()]
@@ -411,7 +480,7 @@ class StagingSender:
                 ring.expect("free", transfer_id, index - num_slots)
             slot = ring.slots[index % num_slots]
             # While this chunk goes device-to-host, the receiver drains the previous one.
-            _Copier.wait(self._copier.copy(_chunk_pairs(chunk, views, slot, into_slot=True)))
+            _Copier.wait(copier.copy(_chunk_pairs(chunk, views, slot, into_slot=True)))
             ring.post("ready", transfer_id, index)
         # The slots still held by the receiver: wait until it has copied them out.
         for index in range(max(len(chunks) - num_slots, 0), len(chunks)):
@@ -423,3 +492,6 @@ class StagingSender:
         for ring in self._rings.values():
             ring.close(unlink=False)
         self._rings.clear()
+        for fd in self._grant_fds.values():
+            os.close(fd)
+        self._grant_fds.clear()

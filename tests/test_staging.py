@@ -231,3 +231,33 @@ def test_peak_resident_memory_stays_within_budget_while_moving_a_larger_state() 
     assert recv["peak"] - recv["baseline"] <= bound, recv
     assert sent["peak"] - sent["baseline"] <= bound, sent
     assert recv["copy_growth"] > bound  # the measurement would have caught a full copy
+
+
+def test_grants_let_several_senders_wait_on_one_pool_in_any_order() -> None:
+    config = StagingConfig(chunk_bytes=256 * 1024, num_buffers=2, peer_timeout_s=10)
+    pool = StagingPool(config, device=CPU)
+    sources = {sid: {"x": torch.full((300_000,), float(sid))} for sid in (1, 2, 3)}
+    senders = {sid: StagingSender(config, device=CPU) for sid in sources}
+    errors: list[BaseException] = []
+
+    def send(sid: int) -> None:
+        try:
+            senders[sid].send(pool.name, sources[sid], transfer_id=10 + sid, sender_id=sid)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=send, args=(sid,)) for sid in sources]
+    for thread in threads:  # all three wait on the same pool before any is granted
+        thread.start()
+    try:
+        for sid in (3, 1, 2):
+            destination = {"x": torch.zeros(300_000)}
+            pool.receive_into(destination, transfer_id=10 + sid, sender_id=sid)
+            assert torch.equal(destination["x"], sources[sid]["x"])
+    finally:
+        for thread in threads:
+            thread.join(timeout=10)
+        for sender in senders.values():
+            sender.close()
+        pool.close()
+    assert not errors
