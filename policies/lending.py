@@ -20,7 +20,6 @@ between two PPO updates. dynaresize moves GPUs only at step boundaries. The clos
 
 from __future__ import annotations
 
-from .moves import Direction, one_notch
 from .types import Allocation, StageTimes, StepObservation
 
 TRANSITIONS_PER_LEND_CYCLE = 2
@@ -63,10 +62,10 @@ class LendingState:
     def lent_allocation(self, obs: StepObservation) -> Allocation | None:
         """One notch towards Rollout from home, if the candidates offer one."""
         assert self.home is not None, "observe() first"
-        if self.home not in {c.allocation for c in obs.candidates}:
-            return None
-        from_home = obs.model_copy(update={"allocation": self.home})
-        return one_notch(from_home, Direction.TO_ROLLOUT)
+        towards_rollout = [
+            c.allocation for c in obs.candidates if c.allocation.train_gpus < self.home.train_gpus
+        ]
+        return max(towards_rollout, key=lambda a: a.train_gpus, default=None)
 
     def is_lent(self, obs: StepObservation) -> bool:
         return self.home is not None and obs.allocation != self.home
