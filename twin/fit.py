@@ -119,11 +119,13 @@ class CostFit:
                 return s
         raise KeyError(name)
 
-    def report_lines(self) -> list[str]:
+    def quality_lines(self) -> list[str]:
+        """Fit quality of every stage and what each fitter assumed."""
         lines = [s.describe() for s in self.stages]
-        lines += [f"assumed ({s.stage}): {a}" for s in self.stages for a in s.assumptions]
-        lines += [f"note: {n}" for n in self.notes]
-        return lines
+        return lines + [f"assumed ({s.stage}): {a}" for s in self.stages for a in s.assumptions]
+
+    def report_lines(self) -> list[str]:
+        return self.quality_lines() + [f"note: {n}" for n in self.notes]
 
 
 StageFitter = Callable[[FitInputs, CostModels], tuple[CostModels, StageFit]]

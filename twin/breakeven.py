@@ -1,0 +1,536 @@
+"""Break-even of a resize, and settings a user can act on, from a trace.
+
+A resize stalls the pipeline for its critical path `C` seconds and then saves `s` seconds on every
+step that runs on the new split. It has paid for itself after `C / s` steps: the break-even.
+On the paper's numbers, 187.2 s / (39.84 s - 23.93 s) = 11.8 steps.
+
+From a trace:
+- per-step savings of every transition between candidate splits come from the twin's step times
+  on the trace's own workload (with costs fitted to the trace), so they vary step to step as the
+  workload does; the break-even's confidence interval is a moving-block bootstrap of the mean
+  saving (blocks keep the autocorrelation of drifting lengths);
+- the critical-path cost is the mean measured stall of the trace's own resizes when it has any,
+  else the twin's resize model;
+- how long imbalances last is read off the measured stage times: runs of consecutive steps whose
+  signed imbalance (policies.signals) stays beyond a threshold on the same side.
+
+Advice (docs/breakeven.md explains each rule):
+- cooldown: the upper end of the break-even interval, so a second resize never comes before the
+  first could have repaid itself;
+- dwell: the break-even itself;
+- consecutive signals k: the k that best separates imbalance runs long enough to repay a resize
+  started after k signals (length >= k + break-even) from those that are not;
+- thresholds: the smallest |imbalance| at which the mean saving of moving towards the bottleneck
+  repays the resize within the typical imbalance run;
+- projection for a job of N steps: N times the mean per-step saving of the best move, less one
+  resize, in hours and GPU-hours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..policies.types import Allocation
+
+PAPER_RESIZE_CRITICAL_S = 187.2
+PAPER_STEP_BEFORE_S = 39.84
+PAPER_STEP_AFTER_S = 23.93
+
+
+def break_even_steps(cost_s: float, saving_per_step_s: float) -> float | None:
+    """Steps a resize costing `cost_s` needs to repay itself; None if it never does."""
+    if saving_per_step_s <= 0:
+        return None
+    return cost_s / saving_per_step_s
+
+
+def block_bootstrap_means(
+    values: np.ndarray, *, num_resamples: int, seed: int, block_steps: int | None = None
+) -> np.ndarray:
+    """Means of moving-block bootstrap resamples of `values` (block ~ n^(1/3) by default)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("cannot bootstrap an empty series")
+    block = block_steps or max(1, round(n ** (1 / 3)))
+    block = min(block, n)
+    num_blocks = math.ceil(n / block)
+    cumulative = np.concatenate([[0.0], np.cumsum(values, dtype=np.float64)])
+    block_sums = cumulative[block:] - cumulative[:-block]  # one per start position
+    rng = np.random.default_rng(seed)
+    starts = rng.integers(0, len(block_sums), size=(num_resamples, num_blocks))
+    return block_sums[starts].sum(axis=1) / (num_blocks * block)
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Break-even of one transition, with its bootstrap interval."""
+
+    from_allocation: str
+    to_allocation: str
+    cost_s: float
+    mean_saving_per_step_s: float
+    steps: float | None
+    """None: the move never repays itself on this trace (no mean saving)."""
+    ci_low_steps: float | None
+    ci_high_steps: float | None
+    """None: within the interval the saving may vanish, so the break-even is unbounded above."""
+    confidence: float
+
+
+def transition_break_even(
+    *,
+    from_label: str,
+    to_label: str,
+    cost_s: float,
+    savings_s: np.ndarray,
+    confidence: float = 0.9,
+    num_resamples: int = 2000,
+    seed: int = 0,
+) -> BreakEven:
+    """Break-even of one move from per-step savings, with a block-bootstrap interval."""
+    mean = float(np.mean(savings_s))
+    means = block_bootstrap_means(savings_s, num_resamples=num_resamples, seed=seed)
+    tail = (1 - confidence) / 2
+    low_mean, high_mean = np.quantile(means, [tail, 1 - tail])
+    # Break-even falls as the saving rises: the high mean gives the low end of the interval.
+    return BreakEven(
+        from_allocation=from_label,
+        to_allocation=to_label,
+        cost_s=cost_s,
+        mean_saving_per_step_s=mean,
+        steps=break_even_steps(cost_s, mean),
+        ci_low_steps=break_even_steps(cost_s, float(high_mean)),
+        ci_high_steps=break_even_steps(cost_s, float(low_mean)),
+        confidence=confidence,
+    )
+
+
+# --- imbalance runs ---------------------------------------------------------------------------
+
+
+def signed_imbalance(rollout_s: np.ndarray, train_s: np.ndarray) -> np.ndarray:
+    """(rollout - train) / max(rollout, train) per step, the same signal the policies use."""
+    longer = np.maximum(rollout_s, train_s)
+    safe = np.where(longer > 0, longer, 1.0)
+    return np.where(longer > 0, (rollout_s - train_s) / safe, 0.0)
+
+
+@dataclass(frozen=True)
+class ImbalanceRuns:
+    """Maximal runs of consecutive steps imbalanced beyond a threshold on one side."""
+
+    threshold: float
+    rollout_bound_steps: np.ndarray
+    """Length (steps) of each run with imbalance > threshold (rollout is the bottleneck)."""
+    train_bound_steps: np.ndarray
+    """Length (steps) of each run with imbalance < -threshold (training is the bottleneck)."""
+
+    @property
+    def all_steps(self) -> np.ndarray:
+        return np.concatenate([self.rollout_bound_steps, self.train_bound_steps])
+
+
+def run_lengths(mask: np.ndarray) -> np.ndarray:
+    """Lengths of the maximal runs of True in a boolean series."""
+    padded = np.concatenate([[False], np.asarray(mask, bool), [False]])
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    return (edges[1::2] - edges[::2]).astype(np.int64)
+
+
+def imbalance_runs(imbalance: np.ndarray, threshold: float) -> ImbalanceRuns:
+    return ImbalanceRuns(
+        threshold=threshold,
+        rollout_bound_steps=run_lengths(imbalance > threshold),
+        train_bound_steps=run_lengths(imbalance < -threshold),
+    )
+
+
+def recommended_consecutive_signals(run_steps: np.ndarray, break_even: float) -> int:
+    """The k that best separates runs that repay a resize started after k signals from those
+    that do not: maximise (runs >= k + break-even) - (runs >= k but shorter than that)."""
+    if len(run_steps) == 0:
+        return 1
+    best_k, best_score = 1, -math.inf
+    for k in range(1, max(1, math.ceil(break_even)) + 1):
+        triggered = run_steps >= k
+        repaid = run_steps >= k + break_even
+        score = int(repaid.sum()) - int((triggered & ~repaid).sum())
+        if score > best_score:
+            best_k, best_score = k, score
+    return best_k
+
+
+def recommended_threshold(
+    abs_imbalance: np.ndarray, savings_s: np.ndarray, *, cost_s: float, horizon_steps: float
+) -> float | None:
+    """Smallest |imbalance| above which moving saves, on average, enough per step to repay the
+    resize within `horizon_steps`. None when no level does."""
+    if len(abs_imbalance) == 0 or horizon_steps <= 0:
+        return None
+    needed_s = cost_s / horizon_steps
+    order = np.argsort(abs_imbalance)[::-1]  # most imbalanced first
+    mean_from_top = np.cumsum(savings_s[order]) / np.arange(1, len(order) + 1)
+    ok = np.flatnonzero(mean_from_top >= needed_s)
+    if len(ok) == 0:
+        return None
+    return float(abs_imbalance[order][ok[-1]])
+
+
+# --- the whole analysis -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Advice:
+    cooldown_steps: int
+    dwell_steps: int
+    consecutive_signals: int
+    up_threshold: float | None
+    """Imbalance above which to move GPUs to Rollout; None: never pays on this trace."""
+    down_threshold: float | None
+    """Imbalance below minus this to move GPUs to Training; None: never pays on this trace."""
+    best_move: str | None
+    job_steps: int
+    projected_saving_hours: float
+    projected_saving_gpu_hours: float
+    projected_job_hours_static: float
+
+
+@dataclass(frozen=True)
+class BreakevenReport:
+    current_allocation: str
+    cost_s: float
+    cost_source: str
+    transitions: list[BreakEven]
+    runs: ImbalanceRuns
+    advice: Advice
+    notes: list[str]
+
+    def transitions_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([t.__dict__ for t in self.transitions])
+
+
+def measured_resize_cost_s(resizes: pd.DataFrame) -> float | None:
+    """Mean stall of the trace's own resizes: span of each resize's critical phases."""
+    if len(resizes) == 0:
+        return None
+    critical = resizes[resizes["critical"].astype(bool)]
+    if len(critical) == 0:
+        return None
+    spans = critical.groupby("resize_id").agg(start=("start_s", "min"), end=("end_s", "max"))
+    return float((spans["end"] - spans["start"]).mean())
+
+
+def analyse(
+    *,
+    steps: pd.DataFrame,
+    steady_step_s: np.ndarray,
+    candidates: tuple[Allocation, ...],
+    current: Allocation,
+    cost_s: float,
+    cost_source: str,
+    total_gpus: int,
+    job_steps: int,
+    imbalance_threshold: float = 0.1,
+    confidence: float = 0.9,
+    num_resamples: int = 2000,
+    seed: int = 0,
+    notes: list[str] | None = None,
+) -> BreakevenReport:
+    """Break-even of every transition and advice, from measured steps and modelled step times.
+
+    `steady_step_s[k, c]` is the modelled time of step k on candidate c.
+    """
+    labels = [c.label for c in candidates]
+    transitions = []
+    for a, from_label in enumerate(labels):
+        for b, to_label in enumerate(labels):
+            if a != b:
+                transitions.append(
+                    transition_break_even(
+                        from_label=from_label,
+                        to_label=to_label,
+                        cost_s=cost_s,
+                        savings_s=steady_step_s[:, a] - steady_step_s[:, b],
+                        confidence=confidence,
+                        num_resamples=num_resamples,
+                        seed=seed,
+                    )
+                )
+    rollout_s = steps["rollout_s"].to_numpy(np.float64)
+    train_s = steps["train_s"].to_numpy(np.float64)
+    imbalance = signed_imbalance(rollout_s, train_s)
+    runs = imbalance_runs(imbalance, imbalance_threshold)
+    advice = _advise(
+        transitions=transitions,
+        labels=labels,
+        candidates=candidates,
+        current=current,
+        steady_step_s=steady_step_s,
+        imbalance=imbalance,
+        runs=runs,
+        cost_s=cost_s,
+        total_gpus=total_gpus,
+        job_steps=job_steps,
+    )
+    return BreakevenReport(
+        current_allocation=current.label,
+        cost_s=cost_s,
+        cost_source=cost_source,
+        transitions=transitions,
+        runs=runs,
+        advice=advice,
+        notes=list(notes or []),
+    )
+
+
+def _advise(
+    *,
+    transitions: list[BreakEven],
+    labels: list[str],
+    candidates: tuple[Allocation, ...],
+    current: Allocation,
+    steady_step_s: np.ndarray,
+    imbalance: np.ndarray,
+    runs: ImbalanceRuns,
+    cost_s: float,
+    total_gpus: int,
+    job_steps: int,
+) -> Advice:
+    here = labels.index(current.label)
+    from_here = [t for t in transitions if t.from_allocation == current.label and t.steps]
+    best = min(from_here, key=lambda t: t.steps) if from_here else None
+    paying = [t for t in transitions if t.steps is not None]
+    reference = best or (min(paying, key=lambda t: t.steps) if paying else None)
+    break_even = reference.steps if reference else float(job_steps)
+    upper = reference.ci_high_steps if reference and reference.ci_high_steps else 2 * break_even
+    all_runs = runs.all_steps
+    typical_run = float(np.median(all_runs)) if len(all_runs) else float(len(imbalance))
+
+    # Savings of moving one notch towards the bottleneck, step by step, from the current split.
+    by_train = sorted(range(len(candidates)), key=lambda i: candidates[i].train_gpus)
+    position = by_train.index(here)
+    more_rollout = by_train[position - 1] if position > 0 else None
+    more_train = by_train[position + 1] if position + 1 < len(by_train) else None
+    up = down = None
+    if more_rollout is not None:
+        rollout_bound = imbalance > 0
+        up = recommended_threshold(
+            imbalance[rollout_bound],
+            (steady_step_s[:, here] - steady_step_s[:, more_rollout])[rollout_bound],
+            cost_s=cost_s,
+            horizon_steps=typical_run,
+        )
+    if more_train is not None:
+        train_bound = imbalance < 0
+        down = recommended_threshold(
+            -imbalance[train_bound],
+            (steady_step_s[:, here] - steady_step_s[:, more_train])[train_bound],
+            cost_s=cost_s,
+            horizon_steps=typical_run,
+        )
+
+    static_step_s = float(np.mean(steady_step_s[:, here]))
+    saved_s = 0.0
+    if best is not None:
+        saved_s = max(0.0, job_steps * best.mean_saving_per_step_s - cost_s)
+    return Advice(
+        cooldown_steps=math.ceil(upper),
+        dwell_steps=math.ceil(break_even),
+        consecutive_signals=recommended_consecutive_signals(all_runs, break_even),
+        up_threshold=up,
+        down_threshold=down,
+        best_move=None if best is None else f"{best.from_allocation} -> {best.to_allocation}",
+        job_steps=job_steps,
+        projected_saving_hours=saved_s / 3600,
+        projected_saving_gpu_hours=saved_s / 3600 * total_gpus,
+        projected_job_hours_static=job_steps * static_step_s / 3600,
+    )
+
+
+def paper_break_even_steps() -> float:
+    """The paper's break-even, from its own numbers (facts.md, Exp#3): about 11.8 steps."""
+    steps = break_even_steps(PAPER_RESIZE_CRITICAL_S, PAPER_STEP_BEFORE_S - PAPER_STEP_AFTER_S)
+    assert steps is not None
+    return steps
+
+
+# --- from a trace -----------------------------------------------------------------------------
+
+
+def most_used_allocation(steps: pd.DataFrame) -> Allocation:
+    """The split most of the trace's steps ran on (the one a user would move away from)."""
+    pairs = steps[["train_gpus", "rollout_gpus"]].value_counts()
+    train, rollout = pairs.index[0]
+    return Allocation(train_gpus=int(train), rollout_gpus=int(rollout))
+
+
+def breakeven_for_trace(
+    trace,
+    context,
+    *,
+    job_steps: int,
+    fit_to_trace: bool = True,
+    imbalance_threshold: float = 0.1,
+    confidence: float = 0.9,
+    num_resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[BreakevenReport, object | None]:
+    """Break-even report of a trace (`traces.io.Trace`) in an `AnalysisContext`.
+
+    Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
+    user). Returns the report and the `CostFit` (None when not fitted).
+    """
+    from .config import ConfigError
+    from .costs.resize import plan_resize
+    from .fit import fit_costs
+    from .step_costs import compute_step_costs, steady_step_s
+
+    notes = list(context.assumptions) + list(trace.meta.notes)
+    fit = None
+    costs = context.costs
+    if fit_to_trace:
+        fit = fit_costs(
+            [trace],
+            base=costs,
+            model=context.model,
+            rollout_tp_size=context.rollout_tp_size,
+            sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+        )
+        costs = fit.costs
+        notes += fit.notes
+    scenario = context.scenario
+    step_costs = compute_step_costs(
+        trace.to_workload(),
+        cluster=scenario.cluster,
+        model=scenario.model,
+        costs=costs,
+        pipeline=scenario.pipeline,
+    )
+    steady = steady_step_s(
+        step_costs.rollout_s, step_costs.train_s, step_costs.sync_s, scenario.pipeline.mode
+    )
+    measured = measured_resize_cost_s(trace.resizes)
+    if measured is not None:
+        cost_s, source = measured, "mean measured stall of the trace's resizes"
+    else:
+        plan = plan_resize(
+            strategy=scenario.pipeline.resize_strategy,
+            model=scenario.model,
+            params=costs.resize,
+            host_bandwidth_gbps=scenario.cluster.host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
+        )
+        cost_s = plan.critical_s
+        source = f"resize model, {scenario.pipeline.resize_strategy.value} critical path"
+    current = most_used_allocation(trace.steps)
+    if current not in step_costs.candidates:
+        raise ConfigError(
+            f"the trace ran mostly on {current.label}, which is not among the candidate "
+            f"splits ({', '.join(c.label for c in step_costs.candidates)})"
+        )
+    report = analyse(
+        steps=trace.steps,
+        steady_step_s=steady,
+        candidates=step_costs.candidates,
+        current=current,
+        cost_s=cost_s,
+        cost_source=source,
+        total_gpus=scenario.cluster.total_gpus,
+        job_steps=job_steps,
+        imbalance_threshold=imbalance_threshold,
+        confidence=confidence,
+        num_resamples=num_resamples,
+        seed=seed,
+        notes=notes,
+    )
+    return report, fit
+
+
+def _steps_text(value: float | None) -> str:
+    return "never" if value is None else f"{value:.1f}"
+
+
+def shown_transitions(report: BreakevenReport) -> list[BreakEven]:
+    """Moves from the split the trace ran on, then one-notch moves between the others."""
+    from_current = [t for t in report.transitions if t.from_allocation == report.current_allocation]
+    from_current.sort(key=lambda t: (t.steps is None, t.steps or 0.0))
+
+    def trainers(label: str) -> int:
+        return int(label.split(":")[0])
+
+    ranks = sorted({trainers(t.from_allocation) for t in report.transitions})
+    notches = [
+        t
+        for t in report.transitions
+        if t.from_allocation != report.current_allocation
+        and abs(ranks.index(trainers(t.from_allocation)) - ranks.index(trainers(t.to_allocation)))
+        == 1
+    ]
+    return from_current + notches
+
+
+def report_lines(report: BreakevenReport) -> list[str]:
+    """The report as plain text lines for a terminal."""
+    pct = round(report.transitions[0].confidence * 100) if report.transitions else 90
+    lines = [
+        f"resize critical path: {report.cost_s:.1f} s ({report.cost_source})",
+        f"trace ran mostly on {report.current_allocation}",
+        "",
+        f"{'move':<12}{'saving/step s':>15}{'break-even':>12}{f'{pct}% CI (steps)':>22}",
+    ]
+    for t in shown_transitions(report):
+        ci = f"{_steps_text(t.ci_low_steps)} .. {_steps_text(t.ci_high_steps)}"
+        lines.append(
+            f"{t.from_allocation + ' -> ' + t.to_allocation:<12}"
+            f"{t.mean_saving_per_step_s:>15.2f}{_steps_text(t.steps):>12}{ci:>22}"
+        )
+    runs = report.runs
+    lines.append("")
+    for name, lengths in (
+        ("rollout-bound", runs.rollout_bound_steps),
+        ("train-bound", runs.train_bound_steps),
+    ):
+        if len(lengths):
+            lines.append(
+                f"{name} runs (|imbalance| > {runs.threshold:g}): {len(lengths)}, median "
+                f"{np.median(lengths):.0f} steps, p90 {np.percentile(lengths, 90):.0f}, "
+                f"longest {lengths.max()}"
+            )
+        else:
+            lines.append(f"{name} runs (|imbalance| > {runs.threshold:g}): none")
+    advice = report.advice
+    paying = [
+        t
+        for t in report.transitions
+        if t.steps is not None and t.from_allocation == report.current_allocation
+    ]
+    if paying:
+        shortest = min(t.steps for t in paying)
+        longer = int((runs.all_steps >= shortest).sum())
+        lines.append(
+            f"{longer} of {len(runs.all_steps)} imbalance runs last at least the shortest "
+            f"break-even ({shortest:.1f} steps)"
+        )
+
+    def threshold_text(value: float | None) -> str:
+        return "never resize this way on this trace" if value is None else f"{value:.2f}"
+
+    lines += [
+        "",
+        "advice:",
+        f"  best move from {report.current_allocation}: {advice.best_move or 'none pays back'}",
+        f"  cooldown_steps: {advice.cooldown_steps}",
+        f"  dwell_steps: {advice.dwell_steps}",
+        f"  consecutive signals: {advice.consecutive_signals}",
+        f"  up threshold (to Rollout): {threshold_text(advice.up_threshold)}",
+        f"  down threshold (to Training): {threshold_text(advice.down_threshold)}",
+        f"  job of {advice.job_steps} steps: {advice.projected_job_hours_static:.2f} h static; "
+        f"saves {advice.projected_saving_hours:.2f} h = "
+        f"{advice.projected_saving_gpu_hours:.1f} GPU-hours with the best move",
+    ]
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
