@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Union, get_args
 
 from pydantic import BeforeValidator, ConfigDict, Field, TypeAdapter
+from pydantic_core import PydanticCustomError
 
 from .base import PolicyConfigBase
 from .greedy import GreedyConfig
@@ -79,6 +80,12 @@ def build_policy(cfg: PolicyConfigBase | Mapping[str, Any]) -> Policy:
     return parse_policy_config(cfg).build()
 
 
+def _spec_error(text: str, problem: str) -> PydanticCustomError:
+    """A validation error whose message is the problem itself, without pydantic's prefix."""
+    message = f"policy spec {text!r}: {problem}"
+    return PydanticCustomError("policy_spec", "{message}", {"message": message})
+
+
 def _spec_to_mapping(text: Any) -> Any:
     """`"hysteresis:cooldown_steps=5,up_threshold=0.2"` -> `{"kind": "hysteresis", ...}`.
 
@@ -90,12 +97,10 @@ def _spec_to_mapping(text: Any) -> Any:
     kind, _, rest = text.strip().partition(":")
     kind = kind.strip()
     if not kind:
-        raise ValueError(f"policy spec {text!r} has no kind; expected KIND[:key=value,...]")
+        raise _spec_error(text, "no policy kind; expected KIND[:key=value,...]")
     if kind not in POLICY_CONFIG_CLASSES:
-        raise ValueError(
-            f"policy spec {text!r}: unknown policy kind {kind!r}; "
-            f"known kinds: {', '.join(POLICY_CONFIG_CLASSES)}"
-        )
+        known = ", ".join(POLICY_CONFIG_CLASSES)
+        raise _spec_error(text, f"unknown policy kind {kind!r}; known kinds: {known}")
     mapping: dict[str, Any] = {"kind": kind}
     for item in (part.strip() for part in rest.split(",")):
         if not item:
@@ -103,9 +108,9 @@ def _spec_to_mapping(text: Any) -> Any:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ValueError(f"policy spec {text!r}: {item!r} is not of the form key=value")
+            raise _spec_error(text, f"{item!r} is not of the form key=value")
         if key in mapping:
-            raise ValueError(f"policy spec {text!r}: {key!r} is given more than once")
+            raise _spec_error(text, f"{key!r} is given more than once")
         mapping[key] = value.strip()
     return mapping
 

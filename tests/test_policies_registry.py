@@ -132,7 +132,7 @@ def test_bad_values_raise_a_value_error_naming_the_field(spec, location):
     ("spec", "words"),
     [
         ("nosuchpolicy", "unknown policy kind 'nosuchpolicy'"),
-        (":cooldown_steps=3", "has no kind"),
+        (":cooldown_steps=3", "no policy kind"),
         ("hysteresis:cooldown_steps", "is not of the form key=value"),
         ("hysteresis:cooldown_steps=1,cooldown_steps=2", "given more than once"),
         ("scheduled:schedule=10-4:4", "STEP@TRAIN:ROLLOUT"),
@@ -141,6 +141,20 @@ def test_bad_values_raise_a_value_error_naming_the_field(spec, location):
 def test_malformed_specs_say_what_is_wrong(spec, words):
     with pytest.raises(ValidationError, match=words):
         parse_policy_spec(spec)
+
+
+def test_the_command_line_reports_a_bad_spec_in_one_line_naming_the_field():
+    from dynaresize.commands.guard import format_validation_error
+
+    for spec, expected in [
+        ("hysteresis:cooldown_steps=-1", "hysteresis.cooldown_steps: Input should be greater"),
+        ("nosuchpolicy", "policy spec 'nosuchpolicy': unknown policy kind 'nosuchpolicy'"),
+    ]:
+        with pytest.raises(ValidationError) as info:
+            parse_policy_spec(spec)
+        line = format_validation_error(info.value)
+        assert "\n" not in line
+        assert expected in line
 
 
 def test_cross_field_rules_are_checked():
