@@ -327,7 +327,7 @@ def plot_sweep_heatmap(
     _require_columns(table, [x, y, value], "sweep table")
     grid = table.pivot_table(index=y, columns=x, values=value, aggfunc="mean").sort_index()
     grid = grid.sort_index(axis=1)
-    fig = _new_figure(width_in=1.6 + 0.9 * grid.shape[1], height_in=1.6 + 0.55 * grid.shape[0])
+    fig = _new_figure(width_in=3.8 + 0.9 * grid.shape[1], height_in=2.2 + 0.5 * grid.shape[0])
     ax = fig.subplots()
     cells = grid.to_numpy(float)
     image = ax.imshow(cells, cmap="viridis", aspect="auto", origin="lower")
@@ -338,7 +338,7 @@ def plot_sweep_heatmap(
             ax.text(
                 j,
                 i,
-                f"{v:.2f}",
+                f"{v:.3f}",
                 ha="center",
                 va="center",
                 fontsize=8,

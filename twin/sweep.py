@@ -127,7 +127,9 @@ def _file_digest(path: Path) -> str:
 
 
 def _sources(
-    workloads: Sequence[str] | None, traces: Sequence[str | os.PathLike] | None
+    config: ScenarioConfig,
+    workloads: Sequence[str] | None,
+    traces: Sequence[str | os.PathLike] | None,
 ) -> list[WorkloadSource]:
     sources = [WorkloadSource(label=str(w), preset=str(w)) for w in workloads or ()]
     for t in traces or ():
@@ -135,7 +137,7 @@ def _sources(
         if not path.exists():
             raise FileNotFoundError(2, "trace not found", str(path))
         sources.append(WorkloadSource(label=path.name, trace_path=str(path.resolve())))
-    return sources or [WorkloadSource(label="config")]
+    return sources or [WorkloadSource(label=config.workload.name)]
 
 
 def _seeds(seeds: int | Sequence[int]) -> list[int]:
@@ -193,7 +195,7 @@ def plan_sweep(
     paths = [p.path for p in parsed]
     policy_indices = policies_with_fields(config, paths)
     plan = SweepPlan(param_paths=paths)
-    for source in _sources(workloads, traces):
+    for source in _sources(config, workloads, traces):
         trace_steps, trace_digest = _trace_steps(source)
         for seed in _seeds(seeds):
             base = _base_config(config, source, seed, trace_steps)
@@ -341,6 +343,8 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
                 "best_static_allocation": base["best_static_allocation"],
                 "best_static_time_s": float(base["best_static_time_s"]),
                 "speedup": float(base["best_static_time_s"]) / total_s,
+                "initial_allocation": base["initial_allocation"],
+                "initial_static_time_s": float(base["initial_static_time_s"]),
                 "offline_optimal_time_s": optimum_s,
                 "regret_s": total_s - optimum_s,
                 "regret_frac": (total_s - optimum_s) / optimum_s,
@@ -389,7 +393,8 @@ def run_sweep(
 
     Columns: one per swept parameter (named by its dotted path), `policy`, `workload`, `seed`,
     the run's measures (`total_time_s`, `num_resizes`, `thrash_count`, ...), the shared baseline
-    (`best_static_allocation`, `best_static_time_s`, `offline_optimal_time_s`), and
+    (`best_static_allocation`, `best_static_time_s`, the time of staying on the initial split
+    `initial_static_time_s`, `offline_optimal_time_s`), and
     `speedup` (best static time over this run's time) and `regret_s`/`regret_frac` (time over
     the offline optimum). With `out`, the table goes to `out/results.parquet` and finished runs
     are cached there. `jobs` defaults to every core here (1 runs in this process) or every

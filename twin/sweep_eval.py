@@ -112,6 +112,8 @@ def evaluate_baseline(task: BaselineTask) -> dict[str, Any]:
         "static_times_json": json.dumps(
             {k: float(v) for k, v in sorted(baselines.totals_s.items())}
         ),
+        "initial_allocation": config.cluster.initial_allocation.label,
+        "initial_static_time_s": float(baselines.totals_s[config.cluster.initial_allocation.label]),
         "offline_optimal_time_s": float(optimum.total_s),
         "offline_optimal_resizes": int(optimum.num_resizes),
     }

@@ -85,7 +85,7 @@ def parse_param(text: str) -> SweepParam:
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi))
         if not numbers or hi < lo:  # type: ignore[operator]
             raise ConfigError(
-                f"sweep parameter {text!r}: a range needs numbers LOW..HIGH, LOW<=HIGH"
+                f"sweep parameter {text!r}: a range needs numbers LOW..HIGH with LOW <= HIGH"
             )
         return SweepParam(path=path, low=lo, high=hi)  # type: ignore[arg-type]
     values = tuple(parse_scalar(v) for v in raw.split(","))

@@ -75,7 +75,7 @@ def sweep(
     print(summary.head(SUMMARY_ROWS).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if len(summary) > SUMMARY_ROWS:
         print(f"... {len(summary) - SUMMARY_ROWS} more settings in {target / 'results.parquet'}")
-    figure_path = _save_figure(table, target)
+    figure_path = _save_figure(table, target, _title(config, table))
     print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure_path}")
 
 
@@ -92,15 +92,22 @@ def _resolve_config(name: str):
     raise ConfigError(f"{name}: no such config file or built-in config")
 
 
-def _save_figure(table, target: Path) -> Path:
+def _title(config: str, table) -> str:
+    workloads = ", ".join(sorted(map(str, table["workload"].unique())))
+    policies = ", ".join(sorted(map(str, table["policy"].unique())))
+    return (
+        f"{Path(config).stem}: {policies} on {workloads}, "
+        f"{table['seed'].nunique()} seed(s), {len(table)} runs"
+    )
+
+
+def _save_figure(table, target: Path, title: str) -> Path:
     """The cooldown-by-threshold style heatmap when two parameters vary, else policy bars."""
     from dynaresize.twin import plots
 
     varied = [c for c in table.columns if "." in c and table[c].nunique() > 1]
     if len(varied) >= 2:
-        fig = plots.plot_sweep_heatmap(
-            table, x=varied[0], y=varied[1], title=f"Sweep: {len(table)} runs"
-        )
+        fig = plots.plot_sweep_heatmap(table, x=varied[0], y=varied[1], title=title)
         path = target / "heatmap.png"
     else:
         by = varied[0] if varied else "policy"
@@ -109,7 +116,7 @@ def _save_figure(table, target: Path) -> Path:
             by=by,
             metric="speedup",
             metric_label="speedup against the best static split (×)",
-            title=f"Sweep: {len(table)} runs",
+            title=title,
         )
         path = target / "comparison.png"
     fig.savefig(path, dpi=110)
