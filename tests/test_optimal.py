@@ -22,9 +22,10 @@ def brute_force(step_s, resize_s, initial_index, move_before_first_step=False):
     num_steps, num_candidates = step_s.shape
     best = None
     for path in itertools.product(range(num_candidates), repeat=num_steps):
-        if not move_before_first_step and path[0] != initial_index:
+        if initial_index is not None and not move_before_first_step and path[0] != initial_index:
             continue
-        total = schedule_total_s(step_s, resize_s, initial_index=initial_index, path=np.array(path))
+        start = path[0] if initial_index is None else initial_index
+        total = schedule_total_s(step_s, resize_s, initial_index=start, path=np.array(path))
         best = total if best is None else min(best, total)
     return best
 
@@ -38,7 +39,7 @@ def problems(draw):
     num_steps = draw(st.integers(1, 6))
     step_s = draw(arrays(np.float64, (num_steps, num_candidates), elements=times))
     resize_s = draw(arrays(np.float64, (num_candidates, num_candidates), elements=times))
-    initial = draw(st.integers(0, num_candidates - 1))
+    initial = draw(st.one_of(st.none(), st.integers(0, num_candidates - 1)))
     return step_s, resize_s, initial
 
 
@@ -49,13 +50,17 @@ def test_dynamic_program_equals_brute_force(problem, early):
     optimum = offline_optimum(step_s, resize_s, initial_index=initial, move_before_first_step=early)
     expected = brute_force(step_s, resize_s, initial, move_before_first_step=early)
     assert optimum.total_s == pytest.approx(expected, abs=1e-9)
-    if not early:
+    if not early and initial is not None:
         assert optimum.candidate_index[0] == initial
     # the returned path really costs what it claims
-    again = schedule_total_s(step_s, resize_s, initial_index=initial, path=optimum.candidate_index)
+    start = optimum.candidate_index[0] if initial is None else initial
+    again = schedule_total_s(step_s, resize_s, initial_index=start, path=optimum.candidate_index)
     assert again == pytest.approx(optimum.total_s, abs=1e-9)
-    # never worse than staying on the initial candidate or the best static split
-    assert optimum.total_s <= step_s[:, initial].sum() + 1e-9
+    # never worse than staying on the initial candidate, nor (free start) any static split
+    if initial is None:
+        assert optimum.total_s <= best_static(step_s)[1] + 1e-9
+    else:
+        assert optimum.total_s <= step_s[:, initial].sum() + 1e-9
 
 
 def test_paper_like_case_moves_once_when_it_pays():
@@ -142,10 +147,14 @@ def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
 
     config = _scenario(60)
     context = build_context(config)
-    optimum = optimum_of_context(context)
+    optimum = optimum_of_context(context, from_initial=True)
+    free = optimum_of_context(context)
+    assert free.total_s <= optimum.total_s
+    assert free.total_s <= context.baselines.best_total_s + 1e-6
     for policy in ({"kind": "static"}, {"kind": "greedy"}, {"kind": "hysteresis"}):
         result = simulate(config, policy, context=context)
         assert regret_of_run(result.summary.total_s, context).regret_s >= -1e-6, policy
+        assert result.summary.total_s >= optimum.total_s - 1e-6, policy
     # a schedule that makes the optimum's moves pays its critical paths plus background work
     path = optimum.candidate_index
     labels = [c.label for c in context.step_costs.candidates]

@@ -35,7 +35,8 @@ class OptimalSchedule:
     resize_s: float
     """Total time spent resizing (s)."""
     num_resizes: int
-    """Number of changes of candidate, a move away from the initial one before step 0 included."""
+    """Number of changes of candidate, a move away from the initial one before step 0 included
+    (none when the start is free)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Regret:
         return self.regret_s / self.optimal_total_s
 
 
-def _check_inputs(step_s: np.ndarray, resize_s: np.ndarray, initial_index: int) -> None:
+def _check_inputs(step_s: np.ndarray, resize_s: np.ndarray, initial_index: int | None) -> None:
     if step_s.ndim != 2:
         raise ValueError(
             f"step times must be a (steps, candidates) matrix, got shape {step_s.shape}"
@@ -73,7 +74,7 @@ def _check_inputs(step_s: np.ndarray, resize_s: np.ndarray, initial_index: int) 
         raise ValueError("step times and resize costs must be finite")
     if np.any(step_s < 0) or np.any(resize_s < 0):
         raise ValueError("step times and resize costs must be non-negative")
-    if not 0 <= initial_index < num_candidates:
+    if initial_index is not None and not 0 <= initial_index < num_candidates:
         raise ValueError(f"initial_index {initial_index} is not among {num_candidates} candidates")
 
 
@@ -81,7 +82,7 @@ def offline_optimum(
     step_s: np.ndarray,
     resize_s: np.ndarray,
     *,
-    initial_index: int,
+    initial_index: int | None,
     move_before_first_step: bool = False,
 ) -> OptimalSchedule:
     """Minimum-total-time schedule over steps x candidates, with resize costs.
@@ -89,7 +90,9 @@ def offline_optimum(
     `step_s[k, c]` is the time of step k on candidate c; `resize_s[p, c]` the cost of moving from
     p to c (its diagonal is ignored: staying costs nothing). The schedule starts on
     `initial_index` and, like every policy (which first decides after step 0), keeps it for the
-    first step unless `move_before_first_step`. Ties go to staying put, then to the lower index.
+    first step unless `move_before_first_step`. `initial_index` None lets the schedule start on
+    any candidate for free: a bound below every static split as well as every policy.
+    Ties go to staying put, then to the lower index.
     """
     step_s = np.asarray(step_s, dtype=np.float64)
     resize_s = np.array(resize_s, dtype=np.float64)
@@ -100,9 +103,13 @@ def offline_optimum(
         return OptimalSchedule(0.0, np.zeros(0, np.int64), np.zeros(0), 0.0, 0)
 
     came_from = np.empty((num_steps, num_candidates), dtype=np.int64)
-    came_from[0] = initial_index
-    best = resize_s[initial_index] + step_s[0]
-    if not move_before_first_step:
+    if initial_index is None:
+        came_from[0] = np.arange(num_candidates)
+        best = step_s[0].copy()
+    else:
+        came_from[0] = initial_index
+        best = resize_s[initial_index] + step_s[0]
+    if initial_index is not None and not move_before_first_step:
         best = np.where(np.arange(num_candidates) == initial_index, step_s[0], np.inf)
     for k in range(1, num_steps):
         via = best[:, None] + resize_s  # via[p, c]: reach c at step k from p at step k-1
@@ -116,7 +123,8 @@ def offline_optimum(
     path[-1] = int(np.argmin(best))
     for k in range(num_steps - 1, 0, -1):
         path[k - 1] = came_from[k, path[k]]
-    return _schedule_from_path(step_s, resize_s, initial_index, path)
+    start = int(path[0]) if initial_index is None else initial_index
+    return _schedule_from_path(step_s, resize_s, start, path)
 
 
 def schedule_total_s(
@@ -171,15 +179,18 @@ def uniform_resize_matrix(num_candidates: int, cost_s: float) -> np.ndarray:
     return matrix
 
 
-def optimum_of_context(context) -> OptimalSchedule:
+def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedule:
     """The offline optimum of a twin run's context (`twin.simulate.SimContext`).
 
     Uses the static step-time matrix the pipeline reads and, per move, only the resize's
-    critical path: the stall every resize costs at least. Background work can only add to that,
-    so in the lockstep modes no policy simulated on the same context can beat this total.
+    critical path: the stall every resize costs at least. Background work can only add to that.
+    The start is free (`initial_index` None) unless `from_initial`: then the schedule keeps the
+    configured initial split for the first step, as policies do. Either way, in the lockstep
+    modes no policy simulated on the same context beats it; the free start also bounds every
+    static split.
     """
     step_costs = context.step_costs
-    initial = step_costs.index(context.config.cluster.initial_allocation)
+    initial = step_costs.index(context.config.cluster.initial_allocation) if from_initial else None
     resize_s = uniform_resize_matrix(len(step_costs.candidates), context.plan.critical_s)
     return offline_optimum(step_costs.step_s, resize_s, initial_index=initial)
 

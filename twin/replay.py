@@ -1,0 +1,354 @@
+"""Replay: drive the twin with a recorded run's own workload and fitted costs.
+
+`dynaresize run --mode replay --trace T [--config C]` answers "would dynamic resizing have paid
+off on my job?" by comparing, on the very same per-step workload:
+
+- the recorded run as measured (its wall time);
+- the recorded run as the twin predicts it (the same allocations and resizes, replayed with a
+  `scheduled` policy on costs fitted to the trace): how well the fitted model explains the trace;
+- every static split;
+- each configured policy;
+- the offline optimum (twin.optimal), against which every row's regret is given.
+
+Costs are fitted to the trace itself (twin.fit) unless the user passes `--costs`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..policies.registry import parse_policy_config, parse_policy_spec
+from ..policies.types import Allocation
+from ..traces.io import Trace
+from .analysis_context import AnalysisContext, context_from_config
+from .config import ConfigError
+from .fit import CostFit, fit_costs, fitted_overrides
+from .optimal import OptimalSchedule, Regret, optimum_of_context
+from .simulate import SimResult, build_context, simulate
+from .trace_source import open_trace, trace_notes
+
+RECORDED_MEASURED = "recorded (measured)"
+RECORDED_PREDICTED = "recorded (twin)"
+OFFLINE_OPTIMUM = "offline optimum"
+
+TABLE_COLUMNS = [
+    "name",
+    "kind",
+    "total_s",
+    "total_h",
+    "speedup_vs_recorded",
+    "regret_s",
+    "regret_fraction",
+    "num_resizes",
+    "thrash_count",
+]
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    table: pd.DataFrame
+    """One row per compared run, columns TABLE_COLUMNS."""
+    measured_steps: pd.DataFrame
+    """The trace's steps table."""
+    predicted: SimResult
+    """The recorded run as the twin replays it."""
+    policies: dict[str, SimResult]
+    optimum: OptimalSchedule
+    fit: CostFit | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def measured_total_s(self) -> float:
+        return float(self.table.loc[self.table["name"] == RECORDED_MEASURED, "total_s"].iloc[0])
+
+    @property
+    def prediction_error(self) -> float:
+        """Twin-predicted total of the recorded run over its measured total, minus 1."""
+        return self.predicted.summary.total_s / self.measured_total_s - 1.0
+
+    @property
+    def step_time_mape(self) -> float:
+        """Mean absolute percentage error of the predicted step times, step by step."""
+        measured = self.measured_steps["step_s"].to_numpy(np.float64)
+        predicted = self.predicted.steps["step_s"].to_numpy(np.float64)
+        ok = measured > 0
+        return float(np.mean(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else 0.0
+
+    def table_lines(self) -> list[str]:
+        header = (
+            f"{'run':<28}{'total h':>9}{'vs recorded':>13}{'regret':>9}{'resizes':>9}{'thrash':>8}"
+        )
+        lines = [header]
+        for row in self.table.itertuples(index=False):
+            lines.append(
+                f"{row.name:<28}{row.total_h:>9.3f}{row.speedup_vs_recorded:>12.3f}x"
+                f"{row.regret_fraction:>8.1%}{row.num_resizes:>9}{row.thrash_count:>8}"
+            )
+        lines.append(
+            f"twin vs measured, recorded run: total {self.prediction_error:+.1%}, "
+            f"step times off by {self.step_time_mape:.1%} on average"
+        )
+        return lines
+
+
+# --- building the comparison --------------------------------------------------------------
+
+
+def recorded_schedule(steps: pd.DataFrame) -> tuple[Allocation, list[dict]]:
+    """First allocation of a trace and its later changes as a `scheduled` policy's entries."""
+    train = steps["train_gpus"].to_numpy(np.int64)
+    rollout = steps["rollout_gpus"].to_numpy(np.int64)
+    first = Allocation(train_gpus=int(train[0]), rollout_gpus=int(rollout[0]))
+    changes = np.flatnonzero((train[1:] != train[:-1]) | (rollout[1:] != rollout[:-1])) + 1
+    schedule = [
+        {"step": int(steps["step"].iloc[k - 1]), "allocation": f"{train[k]}:{rollout[k]}"}
+        for k in changes
+    ]
+    return first, schedule
+
+
+def measured_total_s(steps: pd.DataFrame) -> float:
+    """Wall time of the recorded run: from its first step's start to its last step's end."""
+    return float(steps["end_s"].max() - steps["start_s"].min())
+
+
+def as_policy_configs(policies: Sequence[object]) -> list:
+    """Policy configs from configs, mappings or CLI specs (`KIND[:key=value,...]`)."""
+    out = []
+    for p in policies:
+        if isinstance(p, str):
+            out.append(parse_policy_spec(p))
+        else:
+            out.append(parse_policy_config(p))
+    return out
+
+
+def _regret(total_s: float, optimum_s: float) -> Regret:
+    return Regret(policy_total_s=total_s, optimal_total_s=optimum_s)
+
+
+def replay_trace(
+    trace: Trace,
+    context: AnalysisContext,
+    *,
+    policies: Sequence[object] | None = None,
+    fit_to_trace: bool = True,
+) -> ReplayResult:
+    """Compare the recorded run with its twin replay, static splits, policies and the optimum."""
+    steps = trace.steps
+    if len(steps) == 0:
+        raise ConfigError("the trace has no steps to replay")
+    notes = list(context.assumptions) + trace_notes(trace)
+    first, schedule = recorded_schedule(steps)
+    candidates = {c.label for c in context.candidates}
+    used = {first.label} | {entry["allocation"] for entry in schedule}
+    missing = sorted(used - candidates)
+    if missing:
+        raise ConfigError(
+            f"the trace ran on {', '.join(missing)}, not among the candidate splits "
+            f"({', '.join(sorted(candidates))}): add them to cluster.candidate_topologies"
+        )
+    fit = None
+    costs = context.costs
+    if fit_to_trace:
+        fit = fit_costs(
+            [trace],
+            base=costs,
+            model=context.model,
+            rollout_tp_size=context.rollout_tp_size,
+            sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+        )
+        costs = fit.costs
+        notes += fit.notes
+    scenario = context.scenario_for_steps(len(steps))
+    cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
+    scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
+    workload = trace.to_workload()
+    sim_context = build_context(scenario, workload=workload, costs=costs)
+
+    predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
+    if policies is None:
+        policies = list(scenario.policies) if context.from_config else []
+        if not policies:
+            policies = [{"kind": "hysteresis"}]
+            notes.append("no policy given: replayed the hysteresis policy with its defaults")
+    results: dict[str, SimResult] = {}
+    for config in as_policy_configs(policies):
+        result = simulate(scenario, config, context=sim_context)
+        name = result.summary.policy
+        while name in results:
+            name += "'"
+        results[name] = result
+
+    optimum = optimum_of_context(sim_context)
+    measured_s = measured_total_s(steps)
+    rows = [
+        _row(RECORDED_MEASURED, "recorded", measured_s, optimum, measured_s, _resizes(steps), 0),
+        _row_of(RECORDED_PREDICTED, "recorded", predicted, optimum, measured_s),
+    ]
+    for label, total in sim_context.baselines.totals_s.items():
+        rows.append(_row(f"static {label}", "static", total, optimum, measured_s, 0, 0))
+    for name, result in results.items():
+        rows.append(_row_of(name, "policy", result, optimum, measured_s))
+    rows.append(
+        _row(
+            OFFLINE_OPTIMUM, "optimum", optimum.total_s, optimum, measured_s, optimum.num_resizes, 0
+        )
+    )
+    table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
+    return ReplayResult(
+        table=table,
+        measured_steps=steps,
+        predicted=predicted,
+        policies=results,
+        optimum=optimum,
+        fit=fit,
+        notes=notes,
+    )
+
+
+def _resizes(steps: pd.DataFrame) -> int:
+    return len(recorded_schedule(steps)[1])
+
+
+def _row(
+    name: str,
+    kind: str,
+    total_s: float,
+    optimum: OptimalSchedule,
+    measured_s: float,
+    num_resizes: int,
+    thrash: int,
+) -> dict:
+    regret = _regret(total_s, optimum.total_s)
+    return {
+        "name": name,
+        "kind": kind,
+        "total_s": total_s,
+        "total_h": total_s / 3600,
+        "speedup_vs_recorded": measured_s / total_s if total_s > 0 else float("nan"),
+        "regret_s": regret.regret_s,
+        "regret_fraction": regret.regret_fraction,
+        "num_resizes": num_resizes,
+        "thrash_count": thrash,
+    }
+
+
+def _row_of(
+    name: str, kind: str, result: SimResult, optimum: OptimalSchedule, measured_s: float
+) -> dict:
+    summary = result.summary
+    return _row(
+        name,
+        kind,
+        summary.total_s,
+        optimum,
+        measured_s,
+        summary.num_resizes,
+        summary.thrash_count,
+    )
+
+
+# --- plot and files -----------------------------------------------------------------------
+
+
+def plot_replay(result: ReplayResult, *, title: str):
+    """Totals of every compared run, and measured against predicted step times."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 8), layout="constrained")
+    top, bottom = fig.subplots(2, 1, height_ratios=[1, 1])
+    table = result.table
+    colors = {"recorded": "C0", "static": "C7", "policy": "C2", "optimum": "C3"}
+    positions = np.arange(len(table))
+    top.barh(positions, table["total_h"], color=[colors[k] for k in table["kind"]])
+    top.set_yticks(positions, table["name"])
+    top.invert_yaxis()
+    top.axvline(result.optimum.total_s / 3600, color="C3", lw=0.8, ls="--")
+    top.set_xlabel("total time (h)")
+    top.set_title(title)
+    top.grid(axis="x", alpha=0.3)
+    measured = result.measured_steps
+    predicted = result.predicted.steps
+    bottom.plot(measured["step"], measured["step_s"], lw=0.8, label="recorded (measured)")
+    bottom.plot(predicted["step"], predicted["step_s"], lw=0.8, label="recorded (twin)")
+    for name, run in result.policies.items():
+        bottom.plot(run.steps["step"], run.steps["step_s"], lw=0.6, alpha=0.7, label=name)
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("step time (s)")
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=8, loc="best")
+    return fig
+
+
+def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, scenario) -> None:
+    """replay.csv, replay.json, replay.png, fitted costs and the resolved config, all or nothing.
+
+    Files are written to a temporary folder beside `out_dir` and then moved in.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        result.table.to_csv(staging / "replay.csv", index=False)
+        payload = {
+            "table": result.table.to_dict(orient="records"),
+            "prediction_error": result.prediction_error,
+            "step_time_mape": result.step_time_mape,
+            "optimum_num_resizes": result.optimum.num_resizes,
+            "fit": None if result.fit is None else result.fit.quality_lines(),
+            "notes": result.notes,
+        }
+        (staging / "replay.json").write_text(json.dumps(payload, indent=2))
+        (staging / "config.json").write_text(scenario.model_dump_json(indent=2))
+        if result.fit is not None:
+            import yaml
+
+            text = yaml.safe_dump(fitted_overrides(result.fit), sort_keys=False)
+            (staging / "costs.yaml").write_text(text)
+        result.predicted.steps.to_parquet(staging / "predicted_steps.parquet")
+        plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
+        if out_dir.exists():
+            for item in staging.iterdir():
+                os.replace(item, out_dir / item.name)
+            staging.rmdir()
+        else:
+            os.replace(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def run_replay(
+    *,
+    trace: str | os.PathLike,
+    config: str | os.PathLike | None = None,
+    policies: Sequence[object] | None = None,
+    costs: str | os.PathLike | None = None,
+    out_dir: str | os.PathLike | None = None,
+    lenient: bool = False,
+) -> ReplayResult:
+    """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
+
+    `policies` are policy configs, mappings or CLI specs (`KIND[:key=value,...]`); None takes
+    the config's policies (or hysteresis). `costs` replaces fitting with the given parameters.
+    """
+    loaded = open_trace(trace, lenient=lenient)
+    context = context_from_config(config, [loaded], costs_path=costs)
+    result = replay_trace(loaded, context, policies=policies, fit_to_trace=costs is None)
+    if out_dir is not None:
+        write_replay_outputs(
+            result,
+            Path(out_dir),
+            title=f"replay of {Path(trace).name}",
+            scenario=context.scenario_for_steps(len(loaded.steps)),
+        )
+    return result
