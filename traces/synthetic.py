@@ -91,6 +91,11 @@ class WorkloadConfig(_Strict):
         gt=-1,
         description="Lengths grow by this share per step, compounding (0.01 = 1% per step).",
     )
+    length_growth_stop_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="Step from which lengths stop growing (a plateau); None: they grow all run.",
+    )
     regime_switches: list[RegimeSwitch] = Field(
         default_factory=list, description="Changes of regime at given steps."
     )
@@ -111,7 +116,12 @@ class WorkloadConfig(_Strict):
     def schedule(self, num_steps: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-step length multiplier (num_steps,) and mixture weights (num_steps, components)."""
         steps = np.arange(num_steps)
-        scale = (1.0 + self.length_growth_per_step) ** steps
+        growth_steps = (
+            steps
+            if self.length_growth_stop_step is None
+            else np.minimum(steps, self.length_growth_stop_step)
+        )
+        scale = (1.0 + self.length_growth_per_step) ** growth_steps
         weights = np.tile([c.weight for c in self.components], (num_steps, 1)).astype(float)
         for switch in sorted(self.regime_switches, key=lambda s: s.at_step):
             after = steps >= switch.at_step
@@ -182,21 +192,22 @@ PRESETS: dict[str, WorkloadConfig] = {
         ],
         max_response_tokens=16384,
     ),
+    # The paper's setting (dynaresize/configs/paper.yaml): long prompts, short answers that grow
+    # 7.2% per step for 20 steps and then plateau, so training is the bottleneck at first and
+    # rollout later.
     "growing_lengths": WorkloadConfig(
         name="growing_lengths",
         samples_per_step=256,
+        prompt_median_tokens=3000,
+        prompt_sigma=0.2,
+        max_prompt_tokens=8192,
         components=[
-            _short_qa(0.6),
-            LengthComponent(
-                name="long_reasoning",
-                weight=0.4,
-                distribution=LengthDistribution.LOGNORMAL,
-                median_tokens=2000,
-                sigma=0.6,
-            ),
+            LengthComponent(name="short_qa", weight=0.6, median_tokens=100, sigma=0.5),
+            LengthComponent(name="long_reasoning", weight=0.4, median_tokens=320, sigma=0.5),
         ],
-        max_response_tokens=16384,
-        length_growth_per_step=0.02,
+        max_response_tokens=8192,
+        length_growth_per_step=0.072,
+        length_growth_stop_step=20,
     ),
     "regime_switch": WorkloadConfig(
         name="regime_switch",

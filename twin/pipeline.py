@@ -297,7 +297,7 @@ class _Pipeline:
         self.batch_events = [self.env.event() for _ in range(self.num_steps)]
         self.paused = False
         self.resume = self.env.event()
-        self.in_flight: tuple[int, float, simpy.Event] | None = None
+        self.in_flight: tuple[int, float] | None = None
         self.rollout_proc = self.env.process(self._rollout_loop())
         self.env.process(self._trainer_loop())
         return self
@@ -320,8 +320,7 @@ class _Pipeline:
             duration_s = float(self.costs.rollout_s[batch, self.current])
             start_s = self.env.now
             version = self.version
-            done = self.env.event()
-            self.in_flight = (batch, start_s + duration_s, done)
+            self.in_flight = (batch, start_s + duration_s)
             try:
                 yield self.env.timeout(duration_s)
             except simpy.Interrupt:
@@ -333,7 +332,6 @@ class _Pipeline:
             self.records.rollout_intervals.append((start_s, self.env.now))
             self.batch_rollout_s[batch] = duration_s
             self.batch_version[batch] = version
-            done.succeed()
             self.batch_events[batch].succeed()
             batch += 1
 
@@ -358,7 +356,7 @@ class _Pipeline:
         self.paused = True
         drain_s = 0.0
         if self.in_flight is not None:
-            _, ends_at_s, done = self.in_flight
+            _, ends_at_s = self.in_flight
             if self.pipeline.in_flight is InFlightHandling.DRAIN:
                 drain_s = ends_at_s - self.env.now
                 # The drain is recorded as a phase and waited for inside the stall below.

@@ -1,0 +1,157 @@
+"""`dynaresize run`: simulate policies (sim), replay a recorded trace, or run live on GPUs."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from dynaresize.commands.guard import INPUT_ERROR_EXIT_CODE, user_errors
+
+
+class Mode(str, Enum):
+    SIM = "sim"
+    REPLAY = "replay"
+    LIVE = "live"
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "run",
+        help="Run policies in the twin (sim), against a recorded trace (replay) or on GPUs (live).",
+    )(run)
+
+
+def run(
+    mode: Mode = typer.Option(Mode.SIM, "--mode", help="sim, replay or live."),
+    config: str | None = typer.Option(
+        None,
+        "--config",
+        help="Built-in config name (example, paper) or a YAML path; sim defaults to example.",
+    ),
+    policy: list[str] = typer.Option(
+        [],
+        "--policy",
+        help="Policy KIND or KIND:key=value,...; repeat to compare several (default: the "
+        "config's policies, else hysteresis).",
+    ),
+    costs: Path | None = typer.Option(
+        None, "--costs", help="YAML file overriding any subset of the cost-model parameters."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output folder (default: a new timestamped folder under runs/)."
+    ),
+    trace: Path | None = typer.Option(
+        None, "--trace", help="replay: the trace to replay; sim: take the workload from it."
+    ),
+    steps: int | None = typer.Option(None, "--steps", min=1, help="Override the step count."),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="Override the workload seed."),
+) -> None:
+    if mode is Mode.SIM:
+        _run_sim(config or "example", policy, costs, out, trace, steps, seed)
+    elif mode is Mode.REPLAY:
+        _run_replay(config, policy, costs, out, trace)
+    else:
+        _run_live(config or "example", costs, out, steps, seed)
+
+
+def _not_available(mode: Mode) -> None:
+    print(f"error: mode {mode.value} is not available in this build", file=sys.stderr)
+    raise typer.Exit(INPUT_ERROR_EXIT_CODE)
+
+
+def _overrides(steps: int | None, seed: int | None) -> dict:
+    simulation = {}
+    if steps is not None:
+        simulation["num_steps"] = steps
+    if seed is not None:
+        simulation["seed"] = seed
+    return {"simulation": simulation} if simulation else {}
+
+
+def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
+    from dynaresize.commands.table import print_table
+    from dynaresize.config import load_run_config
+    from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
+    from dynaresize.twin.costs import load_costs
+    from dynaresize.twin.sim_run import default_out_dir, run_comparison, write_comparison
+
+    with user_errors(config):
+        run_config = load_run_config(config, overrides=_overrides(steps, seed))
+        updates: dict = {}
+        if costs is not None:
+            updates["costs"] = load_costs(costs, base=run_config.costs)
+        policies = [parse_policy_spec(spec) for spec in policy] or list(run_config.policies)
+        if not policies:
+            policies = [parse_policy_config({"kind": "hysteresis"})]
+        updates["policies"] = policies
+        workload = None
+        if trace is not None:
+            from dynaresize.twin.trace_source import open_trace
+
+            workload = open_trace(trace).to_workload()
+            if steps is not None:
+                workload = workload.slice_steps(0, min(steps, workload.num_steps))
+            updates["simulation"] = run_config.simulation.model_copy(
+                update={"num_steps": workload.num_steps}
+            )
+        run_config = run_config.model_copy(update=updates)
+        comparison = run_comparison(run_config, policies, workload=workload)
+        destination = out or default_out_dir(run_config.output.runs_dir)
+        written = write_comparison(
+            comparison,
+            destination,
+            resolved_config=run_config.model_dump(mode="json"),
+            timeline_png=run_config.output.timeline_png,
+        )
+    title = (
+        f"{run_config.name}: {run_config.simulation.num_steps} steps, "
+        f"{run_config.pipeline.mode.value}, {run_config.pipeline.resize_strategy.value} resizes"
+    )
+    print_table(comparison.table, title=title)
+    print(f"wrote {written}")
+
+
+def _run_replay(config, policy, costs, out, trace) -> None:
+    try:
+        from dynaresize.twin.replay import run_replay
+    except ImportError:
+        _not_available(Mode.REPLAY)
+    from dynaresize.commands.table import print_table
+
+    with user_errors(str(trace) if trace else None):
+        if trace is None:
+            raise ValueError("--mode replay needs --trace FILE (a recorded trace or a log)")
+        result = run_replay(
+            trace=trace,
+            config=config,
+            policies=policy or None,
+            costs=costs,
+            out_dir=out,
+        )
+    print_table(result.table, title=f"replay of {trace.name}")
+    for note in result.notes:
+        print(f"note: {note}")
+    if out is not None:
+        print(f"wrote {out}")
+
+
+def _run_live(config, costs, out, steps, seed) -> None:
+    try:
+        from dynaresize.executor.driver import run_live
+    except ImportError:
+        _not_available(Mode.LIVE)
+    from dynaresize.config import load_run_config
+    from dynaresize.twin.sim_run import default_out_dir
+
+    with user_errors(config):
+        run_config = load_run_config(config, overrides=_overrides(steps, seed))
+        destination = out or default_out_dir(run_config.output.runs_dir)
+        result = run_live(run_config, out_dir=destination, costs=costs)
+    print(
+        f"live run: {result.steps_completed} steps, {result.num_resizes} resizes, "
+        f"{result.total_s:.1f} s, final split {result.final_allocation}"
+    )
+    print(f"wrote {result.out_dir}")

@@ -1,0 +1,62 @@
+"""Print a comparison table on the terminal: rich when it is installed, plain text otherwise."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+_PERCENT_COLUMNS = {"gpu_idle_fraction"}
+_HEADERS = {
+    "total_s": "total (s)",
+    "steps_per_hour": "steps/h",
+    "tokens_per_s": "tokens/s",
+    "gpu_idle_fraction": "GPU idle",
+    "num_resizes": "resizes",
+    "thrash_count": "thrash",
+    "resize_time_s": "resizing (s)",
+    "speedup_vs_best_static": "vs best static",
+    "speedup_vs_baseline": "vs baseline",
+}
+
+
+def _header(column: str) -> str:
+    return _HEADERS.get(column, column)
+
+
+def _cell(column: str, value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if column in _PERCENT_COLUMNS:
+        return f"{100 * float(value):.1f}%"
+    if column.startswith("speedup"):
+        return f"{float(value):.3f}x"
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    return str(value)
+
+
+def format_rows(table: pd.DataFrame) -> list[list[str]]:
+    return [[_cell(c, v) for c, v in zip(table.columns, row, strict=True)] for row in table.values]
+
+
+def print_table(table: pd.DataFrame, *, title: str) -> None:
+    rows = format_rows(table)
+    try:
+        from rich.console import Console
+        from rich.table import Table
+    except ImportError:
+        headers = [_header(c) for c in table.columns]
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+        print(title)
+        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
+        for r in rows:
+            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
+        return
+    out = Table(title=title)
+    for column in table.columns:
+        justify = "left" if column in ("name", "kind") else "right"
+        out.add_column(_header(column), justify=justify, no_wrap=True)
+    for r in rows:
+        out.add_row(*r)
+    Console(width=max(150, Console().width)).print(out)

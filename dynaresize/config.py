@@ -1,0 +1,79 @@
+"""The configuration of one `dynaresize run`: a twin scenario plus live and output settings.
+
+`--config NAME` picks a config shipped in `dynaresize/configs/` (`example`, `paper`); anything
+else is read as a path to a YAML file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dynaresize.twin.config import (
+    ConfigError,
+    ScenarioConfig,
+    format_validation_error,
+    load_yaml_mapping,
+)
+
+BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+class OutputConfig(BaseModel):
+    """Where and what a run writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    runs_dir: str = Field(
+        default="runs",
+        description="Parent folder of timestamped run folders when --out is not given.",
+    )
+    timeline_png: bool = Field(default=True, description="Draw timeline.png beside the tables.")
+
+
+class RunConfig(ScenarioConfig):
+    """A scenario plus the settings only a run needs."""
+
+    # The live-executor settings; executor/config.py's LiveConfig replaces this type.
+    live: dict[str, Any] | None = Field(
+        default=None, description="Live-executor settings (used by --mode live only)."
+    )
+    output: OutputConfig = Field(default_factory=OutputConfig, description="Output settings.")
+
+
+def builtin_config_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_CONFIG_DIR.glob("*.yaml"))
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """A built-in config's file for a bare name such as `example`, else the path as given."""
+    builtin = BUILTIN_CONFIG_DIR / f"{name_or_path}.yaml"
+    if (
+        "/" not in name_or_path
+        and not name_or_path.endswith((".yaml", ".yml"))
+        and builtin.is_file()
+    ):
+        return builtin
+    path = Path(name_or_path)
+    if not path.exists():
+        raise ConfigError(
+            f"{name_or_path}: no such config file, and not a built-in config "
+            f"({', '.join(builtin_config_names())})"
+        )
+    return path
+
+
+def load_run_config(name_or_path: str, *, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Load, apply nested `overrides` (e.g. from command-line options) and validate."""
+    from dynaresize.twin.costs import deep_merge
+
+    path = resolve_config_path(name_or_path)
+    data = load_yaml_mapping(path)
+    if overrides:
+        data = deep_merge(data, overrides)
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, str(path))) from None

@@ -1,0 +1,224 @@
+"""`run --mode sim` behind the command line: several policies, one workload, one table.
+
+Every policy runs on the same workload, seed and stage times (one `SimContext`), so their rows in
+the comparison differ only by the decisions they made. The table also holds every static split,
+read off the step-time matrix, with the best one marked. Outputs are written to a staging folder
+next to the destination and renamed into place only once complete: an error leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from dynaresize.policies.base import PolicyConfigBase
+from dynaresize.policies.registry import build_policy
+from dynaresize.traces.io import Trace, write_trace
+from dynaresize.traces.schema import PipelineMode as TracePipelineMode
+from dynaresize.traces.schema import RunMeta
+from dynaresize.traces.workload import Workload
+
+from .config import PipelineMode, ScenarioConfig
+from .simulate import SimContext, SimResult, build_context, simulate
+
+__all__ = [
+    "COMPARISON_COLUMNS",
+    "SimComparison",
+    "default_out_dir",
+    "run_comparison",
+    "write_comparison",
+]
+
+COMPARISON_COLUMNS = [
+    "name",
+    "kind",
+    "total_s",
+    "steps_per_hour",
+    "tokens_per_s",
+    "gpu_idle_fraction",
+    "num_resizes",
+    "thrash_count",
+    "resize_time_s",
+    "speedup_vs_best_static",
+    "speedup_vs_baseline",
+]
+
+
+@dataclass(frozen=True)
+class SimComparison:
+    context: SimContext
+    runs: dict[str, SimResult]
+    """Policy run name (its kind, numbered when repeated) -> result, in the order given."""
+    table: pd.DataFrame
+    """COMPARISON_COLUMNS: one row per policy, then one per static split."""
+
+
+def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
+    seen: dict[str, int] = {}
+    names = []
+    for cfg in policies:
+        kind = str(cfg.kind)
+        seen[kind] = seen.get(kind, 0) + 1
+        names.append(kind if seen[kind] == 1 else f"{kind}-{seen[kind]}")
+    return names
+
+
+def _comparison_table(context: SimContext, runs: dict[str, SimResult]) -> pd.DataFrame:
+    config = context.config
+    base = config.simulation.baseline_allocation
+    rows = []
+    for name, result in runs.items():
+        s = result.summary
+        rows.append(
+            {
+                "name": name,
+                "kind": "policy",
+                "total_s": s.total_s,
+                "steps_per_hour": s.steps_per_hour,
+                "tokens_per_s": s.tokens_per_s,
+                "gpu_idle_fraction": s.gpu_idle_fraction,
+                "num_resizes": s.num_resizes,
+                "thrash_count": s.thrash_count,
+                "resize_time_s": s.resize_time_s,
+                "speedup_vs_best_static": s.speedup_vs_best_static,
+                "speedup_vs_baseline": s.speedup_vs_baseline,
+            }
+        )
+    static = context.baselines
+    baseline_s = static.totals_s.get(base.label) if base is not None else None
+    for row in static.table.itertuples(index=False):
+        best = row.allocation == static.best_allocation
+        rows.append(
+            {
+                "name": f"static {row.allocation}" + (" (best)" if best else ""),
+                "kind": "static",
+                "total_s": row.total_s,
+                "steps_per_hour": row.steps_per_hour,
+                "tokens_per_s": row.tokens_per_s,
+                "gpu_idle_fraction": row.gpu_idle_fraction,
+                "num_resizes": 0,
+                "thrash_count": 0,
+                "resize_time_s": 0.0,
+                "speedup_vs_best_static": static.best_total_s / row.total_s,
+                "speedup_vs_baseline": (baseline_s / row.total_s) if baseline_s else None,
+            }
+        )
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def run_comparison(
+    config: ScenarioConfig,
+    policies: Sequence[PolicyConfigBase],
+    *,
+    workload: Workload | None = None,
+) -> SimComparison:
+    """Simulate each policy on the scenario's workload (or the one given) and compare."""
+    context = build_context(config, workload=workload)
+    runs = {
+        name: simulate(config, build_policy(cfg), context=context)
+        for name, cfg in zip(_run_names(policies), policies, strict=True)
+    }
+    return SimComparison(context=context, runs=runs, table=_comparison_table(context, runs))
+
+
+def default_out_dir(runs_dir: str | Path) -> Path:
+    """A new timestamped folder under `runs_dir` (suffixed if the second is already taken)."""
+    stem = Path(runs_dir) / datetime.now().strftime("%Y%m%d-%H%M%S")
+    candidate, n = stem, 1
+    while candidate.exists():
+        candidate = stem.with_name(f"{stem.name}-{n}")
+        n += 1
+    return candidate
+
+
+_TRACE_MODE = {
+    PipelineMode.SYNC: TracePipelineMode.SYNC_DISAGGREGATED,
+    PipelineMode.ONE_STEP_OFF: TracePipelineMode.ONE_STEP_OFF,
+    PipelineMode.ASYNC: TracePipelineMode.FULLY_ASYNC,
+}
+
+
+def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool) -> None:
+    config = result.context.config
+    meta = RunMeta(
+        source="twin",
+        num_gpus=config.cluster.total_gpus,
+        model_params_b=config.model.num_params_b,
+        pipeline_mode=_TRACE_MODE[config.pipeline.mode],
+        start_train_gpus=config.cluster.initial_allocation.train_gpus,
+        start_rollout_gpus=config.cluster.initial_allocation.rollout_gpus,
+        labels={"policy": name, "scenario": config.name},
+    )
+    write_trace(
+        folder,
+        Trace(meta=meta, steps=result.steps, resizes=result.resizes, decisions=result.decisions),
+    )
+    (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
+    if timeline_png:
+        _write_timeline(folder / "timeline.png", result, title=f"{config.name}: {name}")
+
+
+def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
+    try:
+        from .plots import plot_timeline
+    except ImportError:  # plots are optional for a run; tables are what matter
+        return
+    fig = plot_timeline(result.steps, result.resizes, title=title)
+    fig.savefig(path, dpi=100)
+
+
+def write_comparison(
+    comparison: SimComparison,
+    out_dir: str | Path,
+    *,
+    resolved_config: dict,
+    timeline_png: bool = True,
+) -> Path:
+    """Write the run folder: the first policy's tables and plot at the top, every policy under
+    policies/<name>/ when there are several, plus config.json, summary.json and comparison.csv.
+
+    Everything is written into a staging folder beside `out_dir` and renamed into place at the
+    end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
+    """
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a folder")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging_root = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    staging = staging_root / "run"
+    try:
+        names = list(comparison.runs)
+        first = names[0]
+        _write_run(staging, first, comparison.runs[first], timeline_png=timeline_png)
+        if len(names) > 1:
+            for name in names:
+                _write_run(
+                    staging / "policies" / name,
+                    name,
+                    comparison.runs[name],
+                    timeline_png=timeline_png,
+                )
+        (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
+        summary = {
+            "scenario": comparison.context.config.name,
+            "policies": {n: r.summary.model_dump(mode="json") for n, r in comparison.runs.items()},
+            "static_splits": comparison.context.baselines.table.to_dict(orient="records"),
+            "best_static_allocation": comparison.context.baselines.best_allocation,
+            "best_static_total_s": comparison.context.baselines.best_total_s,
+        }
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        comparison.table.to_csv(staging / "comparison.csv", index=False)
+        if out.exists():
+            old = staging_root / "old"
+            os.replace(out, old)
+        os.replace(staging, out)
+    finally:
+        shutil.rmtree(staging_root, ignore_errors=True)
+    return out
