@@ -20,8 +20,6 @@ from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
 from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS
 
-BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent.parent / "dynaresize" / "configs"
-
 DEFAULT_GPU_MEMORY_GB = 96.0
 """GPU memory assumed without a config or a known GPU type (the paper's H20)."""
 GPU_MEMORY_GB = {"H20": 96.0, "H100": 80.0, "H800": 80.0, "H200": 141.0, "A100": 80.0}
@@ -80,21 +78,31 @@ class AnalysisContext:
         return self.scenario.model_copy(update={"simulation": simulation})
 
 
-def resolve_config_path(config: str | Path) -> Path:
-    """A built-in config name (`example`, `paper`) or a path."""
-    text = str(config)
-    builtin = BUILTIN_CONFIG_DIR / f"{text}.yaml"
-    if not text.endswith((".yaml", ".yml")) and builtin.is_file():
-        return builtin
-    return Path(text)
+def load_scenario(config: str | Path) -> ScenarioConfig:
+    """A run config (built-in name or YAML path), as `dynaresize run` reads it.
+
+    The run config (`dynaresize.config`) is a scenario plus run-only settings; it is imported
+    lazily so the twin itself does not depend on the command-line package.
+    """
+    try:
+        from dynaresize.config import load_run_config
+    except ImportError:  # the twin used as a library without the CLI package
+        return load_config(Path(config))
+    return load_run_config(str(config))
 
 
 def context_from_config(
-    config: str | Path | None, traces: list[Trace], *, costs_path: str | Path | None = None
+    config: str | Path | ScenarioConfig | None,
+    traces: list[Trace],
+    *,
+    costs_path: str | Path | None = None,
 ) -> AnalysisContext:
-    """The context from `--config` when given, else from the traces' metadata and defaults."""
-    if config is not None:
-        context = AnalysisContext(load_config(resolve_config_path(config)), from_config=True)
+    """The context from `--config` (a name, a path or a loaded scenario) when given, else from
+    the traces' metadata and defaults."""
+    if isinstance(config, ScenarioConfig):
+        context = AnalysisContext(config, from_config=True)
+    elif config is not None:
+        context = AnalysisContext(load_scenario(config), from_config=True)
     else:
         context = _context_from_traces(traces)
     if costs_path is not None:

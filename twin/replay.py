@@ -47,7 +47,7 @@ TABLE_COLUMNS = [
     "total_h",
     "speedup_vs_recorded",
     "regret_s",
-    "regret_fraction",
+    "regret_pct",
     "num_resizes",
     "thrash_count",
 ]
@@ -91,12 +91,8 @@ class ReplayResult:
         for row in self.table.itertuples(index=False):
             lines.append(
                 f"{row.name:<28}{row.total_h:>9.3f}{row.speedup_vs_recorded:>12.3f}x"
-                f"{row.regret_fraction:>8.1%}{row.num_resizes:>9}{row.thrash_count:>8}"
+                f"{row.regret_pct:>8.1f}%{row.num_resizes:>9}{row.thrash_count:>8}"
             )
-        lines.append(
-            f"twin vs measured, recorded run: total {self.prediction_error:+.1%}, "
-            f"step times off by {self.step_time_mape:.1%} on average"
-        )
         return lines
 
 
@@ -205,7 +201,9 @@ def replay_trace(
         )
     )
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
-    return ReplayResult(
+    if fit is not None:
+        notes = [f"fit: {line}" for line in fit.quality_lines()] + notes
+    result = ReplayResult(
         table=table,
         measured_steps=steps,
         predicted=predicted,
@@ -214,6 +212,12 @@ def replay_trace(
         fit=fit,
         notes=notes,
     )
+    result.notes.insert(
+        0,
+        f"twin vs measured, recorded run: total {result.prediction_error:+.1%}, step times off "
+        f"by {result.step_time_mape:.1%} on average",
+    )
+    return result
 
 
 def _resizes(steps: pd.DataFrame) -> int:
@@ -237,7 +241,7 @@ def _row(
         "total_h": total_s / 3600,
         "speedup_vs_recorded": measured_s / total_s if total_s > 0 else float("nan"),
         "regret_s": regret.regret_s,
-        "regret_fraction": regret.regret_fraction,
+        "regret_pct": 100 * regret.regret_fraction,
         "num_resizes": num_resizes,
         "thrash_count": thrash,
     }
