@@ -1,0 +1,153 @@
+"""Ray for a live run: start or join a cluster, reserve one bundle per device, start the workers.
+
+The placement group is created once and kept for the whole run. Resizes change what a worker
+does, never which workers exist, so a resize never waits for Ray to schedule anything.
+A local cluster listens on the loopback interface only; a cluster elsewhere is joined at
+`address`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from .config import DeviceKind, LiveConfig
+
+PLACEMENT_TIMEOUT_S = 120.0
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot hold the run (too few CPUs or GPUs for the bundles asked)."""
+
+
+def worker_env() -> dict[str, str]:
+    """Environment every worker starts with: one thread per library, and the import path.
+
+    When the repository runs uninstalled (tools/devpath.py sets DYNARESIZE_DEVPATH), the workers
+    need the same PYTHONPATH as the driver to import `dynaresize.*`.
+    """
+    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    if os.environ.get("DYNARESIZE_DEVPATH") == "1" and os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def connect(*, address: str | None, config: LiveConfig) -> bool:
+    """Join `address`, reuse a Ray session already started in this process, or start one.
+
+    Returns True when this call started Ray (so the caller shuts it down at the end).
+    """
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": worker_env()}
+    if address is not None:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        return True
+    num_cpus = max(int(os.cpu_count() or 1), int(config.num_workers * config.cpus_per_worker) + 1)
+    kwargs: dict[str, Any] = {"num_cpus": num_cpus}
+    if config.device is DeviceKind.CUDA:
+        kwargs["num_gpus"] = config.num_gpus
+    ray.init(
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        runtime_env=runtime_env,
+        log_to_driver=True,
+        **kwargs,
+    )
+    return True
+
+
+def bundle_for(config: LiveConfig) -> dict[str, float]:
+    """Resources of one worker's bundle: a CPU share, and a GPU share when on CUDA."""
+    bundle = {"CPU": config.cpus_per_worker}
+    if config.device is DeviceKind.CUDA:
+        bundle["GPU"] = gpu_share(config)
+    return bundle
+
+
+def gpu_share(config: LiveConfig) -> float:
+    """Fraction of a GPU per worker: whole GPUs when there are enough, else an equal share."""
+    if config.num_gpus >= config.num_workers:
+        return 1.0
+    workers_per_gpu = -(-config.num_workers // config.num_gpus)
+    return 1.0 / workers_per_gpu
+
+
+@dataclass
+class Cluster:
+    """The placement group and the long-lived worker actors, one per bundle."""
+
+    placement: PlacementGroup
+    workers: list[Any]
+    started_ray: bool
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            with contextlib.suppress(Exception):  # already dead: nothing left to release
+                ray.kill(worker, no_restart=True)
+        remove_placement_group(self.placement)
+        if self.started_ray:
+            ray.shutdown()
+
+
+def reserve(config: LiveConfig) -> PlacementGroup:
+    """One bundle per device, packed onto as few nodes as the cluster allows."""
+    bundles = [bundle_for(config) for _ in range(config.num_workers)]
+    group = placement_group(bundles, strategy="PACK", name="dynaresize-live")
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(group)
+        raise ClusterError(
+            f"the cluster could not place {config.num_workers} bundles of {bundles[0]} within "
+            f"{PLACEMENT_TIMEOUT_S:.0f} s (available: {ray.available_resources()})"
+        )
+    return group
+
+
+def start_workers(config: LiveConfig, group: PlacementGroup) -> list[Any]:
+    """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden."""
+    from .worker import LiveWorker
+
+    actor_cls = ray.remote(LiveWorker)
+    share = bundle_for(config)
+    workers = []
+    for worker_id in range(config.num_workers):
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=worker_id
+        )
+        workers.append(
+            actor_cls.options(
+                num_cpus=share["CPU"],
+                num_gpus=share.get("GPU", 0.0),
+                scheduling_strategy=strategy,
+                max_restarts=0,
+                max_concurrency=1,
+                name=None,
+            ).remote(worker_id=worker_id, config_json=config.model_dump_json())
+        )
+    return workers
+
+
+def free_port() -> int:
+    """A TCP port free on this host right now (for the torch.distributed rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(config: LiveConfig, *, address: str | None) -> Cluster:
+    started = connect(address=address, config=config)
+    try:
+        group = reserve(config)
+    except Exception:
+        if started:
+            ray.shutdown()
+        raise
+    return Cluster(placement=group, workers=start_workers(config, group), started_ray=started)

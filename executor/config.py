@@ -1,0 +1,252 @@
+"""The `live:` section of a run configuration: what the Ray executor runs and on which devices.
+
+Everything here is checked when the config is built, before Ray or torch start, so a typo or an
+impossible topology fails in a second with an error naming the field instead of minutes later
+inside a worker. The model, task and GRPO knobs are the RL core's own config types where they
+exist; this module adds what only a distributed run has: devices, workers, roles, pipelining,
+resizes, checkpoints.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from dynaresize.policies.registry import PolicyConfig
+from dynaresize.policies.static import StaticConfig
+from dynaresize.policies.types import Allocation
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .rl.task import RepeatTaskConfig
+
+
+class DeviceKind(str, Enum):
+    """What each worker computes on."""
+
+    CPU = "cpu"
+    """One CPU core per worker; collectives over gloo. What CI runs."""
+    CUDA = "cuda"
+    """CUDA devices. With fewer GPUs than workers, workers share them (gloo between ranks)."""
+
+
+class PipelineMode(str, Enum):
+    """How rollout and training overlap; the same names as the twin's pipeline modes."""
+
+    SYNC = "sync"
+    """Rollout of batch k, then training on it, then weight sync."""
+    ONE_STEP_OFF = "one_step_off"
+    """Rollout of batch k+1 (weights of version k) overlaps training on batch k."""
+
+
+class LiveStrategy(str, Enum):
+    """How a resize moves state. `host_sync` is built here; the others plug into the same slot."""
+
+    HOST_SYNC = "host_sync"
+    """Everything on the critical path, state through host memory, roles switched in-process."""
+    OVERLAPPED = "overlapped"
+    """Communicator reuse, bounded host staging, deferred optimizer reload (the next stage)."""
+    STOP_AND_REBUILD = "stop_and_rebuild"
+    """Kill and recreate the actors, rebuild groups, checkpoint through disk (the baseline)."""
+
+
+class StagingSettings(BaseModel):
+    """Host staging of a resize's state. Read by strategies that stage in chunks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    chunk_mib: int = Field(default=256, ge=1, description="Size of one host staging buffer (MiB).")
+    num_buffers: int = Field(default=2, ge=1, description="Host staging buffers in the pool.")
+    pin_memory: bool = Field(
+        default=True, description="Pin the staging buffers when a CUDA device is present."
+    )
+    reuse_communicators: bool = Field(
+        default=True, description="Bind cached, prewarmed groups instead of building new ones."
+    )
+    defer_optimizer_reload: bool = Field(
+        default=True, description="Load optimizer state after the boundary, before it is read."
+    )
+
+
+class OptimizerSettings(BaseModel):
+    """AdamW over the flat, sharded parameter vector (ZeRO-1)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
+    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
+    eps: float = Field(default=1e-8, gt=0, description="Adam epsilon.")
+    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay.")
+    grad_clip_norm: float | None = Field(
+        default=1.0, gt=0, description="Clip the global gradient norm to this; None: no clipping."
+    )
+
+
+class LiveConfig(BaseModel):
+    """A live run: model, task size, devices, workers, roles, pipelining, resizes, checkpoints."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: dict[str, Any] = Field(
+        default_factory=lambda: {"preset": "tiny"},
+        description="The RL core's model spec: preset, config or path; dtype; init_seed.",
+    )
+    task: RepeatTaskConfig = Field(
+        default_factory=RepeatTaskConfig, description="The long-tail task prompts are drawn from."
+    )
+    policy: PolicyConfig = Field(
+        default_factory=lambda: StaticConfig(),
+        description="The resize policy (a `kind` picks it), the same objects the twin runs.",
+    )
+    device: DeviceKind = Field(default=DeviceKind.CPU, description="cpu or cuda.")
+    num_workers: int = Field(default=4, ge=2, description="Workers, one device bundle each.")
+    num_gpus: int = Field(
+        default=1, ge=1, description="CUDA devices the workers spread over (cuda only)."
+    )
+    cpus_per_worker: float = Field(default=1.0, gt=0, description="CPUs reserved per worker.")
+    torch_threads_per_worker: int = Field(
+        default=1, ge=1, description="torch intra-op threads in each worker."
+    )
+    initial_allocation: Allocation = Field(
+        default=Allocation(train_gpus=2, rollout_gpus=2),
+        description="Starting split of the workers, TRAIN:ROLLOUT.",
+    )
+    candidate_allocations: tuple[Allocation, ...] = Field(
+        default=(),
+        description="Splits a policy may move among; empty: every split of the workers.",
+    )
+    num_steps: int = Field(default=6, ge=1, description="Training steps to run.")
+    prompts_per_step: int = Field(default=8, ge=1, description="Prompts in one rollout batch.")
+    samples_per_prompt: int = Field(
+        default=4, ge=2, description="Responses per prompt (the GRPO group size)."
+    )
+    max_response_tokens: int = Field(default=48, ge=1, description="Cap on response length.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+    micro_batch_samples: int = Field(
+        default=16, ge=1, description="Samples per forward/backward micro-batch on a trainer."
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of model init, prompts and sampling.")
+    pipeline: PipelineMode = Field(
+        default=PipelineMode.ONE_STEP_OFF, description="sync or one_step_off."
+    )
+    resize_strategy: LiveStrategy = Field(
+        default=LiveStrategy.HOST_SYNC, description="How a resize moves state."
+    )
+    staging: StagingSettings = Field(
+        default_factory=StagingSettings, description="Host staging settings for resizes."
+    )
+    optimizer: OptimizerSettings = Field(
+        default_factory=OptimizerSettings, description="AdamW settings."
+    )
+    checkpoint_every_steps: int | None = Field(
+        default=2, ge=1, description="Write a checkpoint after every N steps; None: never."
+    )
+    record_batches: bool = Field(
+        default=False,
+        description="Keep every rollout batch (tokens, rewards, lineage) under batches/ in the "
+        "run folder, for a later replay.",
+    )
+    replay_batches_from: str | None = Field(
+        default=None,
+        description="Train on the batches recorded in this folder instead of generating them "
+        "(the training side of two runs fed identical data can then be compared).",
+    )
+    recent_window_steps: int = Field(
+        default=5, ge=1, description="Completed steps the policy observation carries."
+    )
+    worker_timeout_s: float = Field(
+        default=600.0, gt=0, description="Longest a single worker call may take before failing."
+    )
+
+    @field_validator("initial_allocation", mode="before")
+    @classmethod
+    def _parse_initial(cls, value: Any) -> Any:
+        return Allocation.parse(value) if isinstance(value, str) else value
+
+    @field_validator("candidate_allocations", mode="before")
+    @classmethod
+    def _parse_candidates(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        return [Allocation.parse(v) if isinstance(v, str) else v for v in value]
+
+    @model_validator(mode="after")
+    def _topologies_fit(self) -> LiveConfig:
+        if self.initial_allocation.total_gpus != self.num_workers:
+            raise ValueError(
+                f"initial_allocation {self.initial_allocation} uses "
+                f"{self.initial_allocation.total_gpus} workers, num_workers is {self.num_workers}"
+            )
+        for candidate in self.candidate_allocations:
+            if candidate.total_gpus != self.num_workers:
+                raise ValueError(
+                    f"candidate_allocations: {candidate} uses {candidate.total_gpus} workers "
+                    f"but num_workers is {self.num_workers}"
+                )
+        if self.candidate_allocations and self.initial_allocation not in self.candidate_allocations:
+            raise ValueError(
+                f"initial_allocation {self.initial_allocation} is not among candidate_allocations"
+            )
+        return self
+
+    @field_validator("model")
+    @classmethod
+    def _model_spec_valid(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from pydantic import ValidationError
+
+        from .rl.model import ModelSpec  # imports torch: only a config with a live section does
+
+        try:
+            ModelSpec.model_validate(value)
+        except ValidationError as err:
+            problems = "; ".join(
+                f"{'.'.join(str(x) for x in e['loc']) or 'model'}: {e['msg']}" for e in err.errors()
+            )
+            raise ValueError(problems) from None
+        return value
+
+    def model_spec(self):
+        from .rl.model import ModelSpec
+
+        return ModelSpec.model_validate(self.model)
+
+    def build_task(self):
+        from .rl.task import RepeatTask
+
+        return RepeatTask(self.task)
+
+    def max_prompt_tokens(self) -> int:
+        """Longest prompt the task can draw: `<bos>`, the count's digits, `*`, letter, `=`."""
+        return 1 + len(str(self.task.max_count)) + 3
+
+    def sampler_config(self):
+        from .rl.sampler import SamplerConfig
+
+        return SamplerConfig(
+            max_batch_size=self.samples_per_step,
+            max_seq_len=self.max_prompt_tokens() + self.max_response_tokens,
+        )
+
+    def sampling_params(self):
+        from .rl.engine import SamplingParams
+        from .rl.task import TOKENIZER
+
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=self.max_response_tokens,
+            eos_token_id=TOKENIZER.eos_token_id,
+            seed=self.seed,
+        )
+
+    @property
+    def candidates(self) -> tuple[Allocation, ...]:
+        """The candidate splits, every split of the workers when none are listed."""
+        if self.candidate_allocations:
+            return self.candidate_allocations
+        n = self.num_workers
+        return tuple(Allocation(train_gpus=t, rollout_gpus=n - t) for t in range(n - 1, 0, -1))
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt

@@ -1,0 +1,502 @@
+"""`run_live`: real GRPO on Ray workers whose roles the policy moves at step boundaries.
+
+The loop, top down (one_step_off; sync generates batch k at the start of step k instead):
+
+    setup        workers join the world group, build the model, take their roles
+    prelude      rollout of batch 0 with weights version 0
+    step k       train on batch k  ||  rollout of batch k+1 (weights version k)
+                 weight sync (version k+1) to the rollout replicas
+                 records; observation -> policy.decide -> resize at the boundary; checkpoint
+
+A batch generated before a resize is trained on after it: it is data held by the driver, not
+state of a worker, so a resize never loses, repeats or regenerates a sample, and the staleness
+stays one version (the lineage records prove it). A worker that dies stops the run with its
+records and last checkpoint intact; `resume=True` continues from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from dynaresize.policies.registry import build_policy
+from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
+from dynaresize.traces.phases import Role
+from dynaresize.traces.schema import (
+    DecisionRecord,
+    ResizePhaseRecord,
+    RunMeta,
+    SampleRecord,
+    StepRecord,
+)
+
+from . import checkpoint as ckpt
+from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
+from .cluster import Cluster, start
+from .config import LiveConfig, PipelineMode
+from .estimates import CandidateEstimator
+from .objective import group_advantages
+from .records import LineageRecord, RunRecorder
+from .resize import ResizeStrategy, build_strategy
+from .runtime import Runtime, WorkerLostError
+from .shards import ShardLayout, shards_from_full
+from .topology import Topology
+from .trainer import TrainReport
+
+FAULT_FILE = "fault.json"
+WORKERS_FILE = "workers.json"
+CONFIG_FILE = "config.json"
+
+
+@dataclass
+class LiveResult:
+    """Where a live run wrote its outputs, and a short summary of what happened."""
+
+    out_dir: Path
+    trace_dir: Path
+    steps_completed: int
+    num_resizes: int
+    total_s: float
+    final_allocation: Allocation
+
+
+def live_section(config: Any) -> LiveConfig:
+    """Accept a LiveConfig, or a run configuration that carries one under `live`."""
+    if isinstance(config, LiveConfig):
+        return config
+    live = getattr(config, "live", None)
+    if live is None:
+        raise ValueError("live: the configuration has no `live` section for --mode live")
+    return live if isinstance(live, LiveConfig) else LiveConfig.model_validate(live)
+
+
+def run_live(
+    config: Any,
+    *,
+    address: str | None = None,
+    out_dir: str | Path,
+    resume: bool = False,
+    costs: str | Path | None = None,
+) -> LiveResult:
+    """Run the configured live job; everything is validated before Ray starts."""
+    live = live_section(config)
+    out = Path(out_dir)
+    restored = ckpt.load(out) if resume else None
+    if costs is not None and not Path(costs).is_file():
+        raise FileNotFoundError(costs)
+    if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
+        raise FileNotFoundError(live.replay_batches_from)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
+    (out / FAULT_FILE).unlink(missing_ok=True)
+    cluster = start(live, address=address)
+    driver = LiveSession(live, cluster, out, restored, Path(costs) if costs else None)
+    try:
+        return driver.run()
+    except WorkerLostError as err:
+        (out / FAULT_FILE).write_text(json.dumps(err.as_dict() | {"message": str(err)}))
+        raise
+    finally:
+        driver.close()
+        cluster.shutdown()
+
+
+class LiveSession:
+    """One live run on a started cluster: setup, the step loop, and its records.
+
+    `run_live` builds one per run; tests use it to drive the workers directly.
+    """
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        cluster: Cluster,
+        out: Path,
+        restored: ckpt.Checkpoint | None,
+        costs_path: Path | None,
+    ) -> None:
+        self.live = live
+        self.out = out
+        self.restored = restored
+        self.costs_path = costs_path
+        allocation = restored.allocation if restored else live.initial_allocation
+        self.runtime = Runtime(
+            config=live,
+            workers=cluster.workers,
+            topology=Topology.for_allocation(allocation),
+            start_wall=time.perf_counter(),
+        )
+        self.policy = build_policy(live.policy)
+        self.strategy: ResizeStrategy = build_strategy(live.resize_strategy)
+        self.recent: deque[StageTimes] = deque(maxlen=live.recent_window_steps)
+        self.measured_resize_s: list[float] = []
+        self.num_resizes = restored.num_resizes if restored else 0
+        self.steps_since_resize: int | None = None
+        self.recorder = RunRecorder(
+            out,
+            meta=self._meta(),
+            resume_from_step=restored.next_step if restored else None,
+        )
+        self.estimator: CandidateEstimator | None = None
+
+    def _meta(self) -> RunMeta:
+        return RunMeta(
+            source="executor",
+            num_gpus=self.live.num_workers,
+            model_name=str(self.live.model),
+            pipeline_mode="one_step_off"
+            if self.live.pipeline is PipelineMode.ONE_STEP_OFF
+            else "sync_disaggregated",
+            start_train_gpus=self.runtime.topology.allocation.train_gpus,
+            start_rollout_gpus=self.runtime.topology.allocation.rollout_gpus,
+            notes=[
+                f"device={self.live.device.value}",
+                f"strategy={self.live.resize_strategy.value}",
+            ],
+        )
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def setup(self) -> None:
+        rt = self.runtime
+        infos = rt.run(rt.all_ids, "info", doing="starting")
+        (self.out / WORKERS_FILE).write_text(json.dumps([infos[w] for w in rt.all_ids]))
+        port = rt.run([0], "rendezvous_port", doing="starting")[0]
+        rt.run(
+            rt.all_ids,
+            "join_world",
+            doing="joining the world group",
+            master_addr=infos[0]["node_ip"],
+            master_port=port,
+            world_size=len(rt.workers),
+        )
+        numels = rt.run(rt.all_ids, "build_model", doing="building the model")
+        self.numel = numels[0]
+        topo = rt.topology
+        rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
+        version = self.restored.weights_version if self.restored else 0
+        rt.weights_version = version
+        for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
+            rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=version)
+        rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+        if self.restored is None:
+            rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
+        else:
+            layout = ShardLayout(numel=self.numel, num_ranks=topo.num_trainers)
+            shards = shards_from_full(
+                self.restored.vectors, layout, optimizer_step=self.restored.weights_version
+            )
+            calls = {w: ((shards[topo.trainer_rank(w)],), {}) for w in topo.trainer_ids}
+            rt.gather(rt.call_each(calls, "load_shard"), doing="loading the checkpoint")
+            rt.run(topo.trainer_ids, "refresh_model_from_master", doing="gathering weights")
+        rt.run(topo.sync_ids, "sync_weights", doing="first weight sync", weights_version=version)
+        weight_bytes = 2 if str(self.live.model.get("dtype", "float32")) != "float32" else 4
+        self.estimator = CandidateEstimator(
+            candidates=self.live.candidates,
+            pipeline=self.live.pipeline,
+            strategy=self.strategy.record_name,
+            num_params=self.numel,
+            weight_bytes_per_param=weight_bytes,
+            costs_path=self.costs_path,
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> LiveResult:
+        self.setup()
+        live, rt = self.live, self.runtime
+        first = self.restored.next_step if self.restored else 0
+        pending = self.restored.pending_batch if self.restored else None
+        one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
+        if one_step_off and pending is None and first < live.num_steps:
+            rt.step = first
+            pending = self._rollout_wait(first)
+        completed = first
+        for step in range(first, live.num_steps):
+            rt.step = step
+            start_s = rt.clock()
+            if not one_step_off:
+                pending = self._rollout_wait(step)
+            batch = pending
+            assert batch is not None and batch.batch_id == step, "batch order broken"
+            self.strategy.before_train(rt)
+            train_refs = self._launch_train(batch)
+            launched = None
+            if one_step_off and step + 1 < live.num_steps:
+                launched = self._launch_rollout(step + 1)
+            reports = rt.gather(train_refs, doing=f"training on batch {step}")
+            pending = self._collect_rollout(step + 1, launched) if launched else None
+            sync_start = rt.clock()
+            rt.weights_version += 1
+            rt.run(
+                rt.topology.sync_ids,
+                "sync_weights",
+                doing="syncing weights",
+                weights_version=rt.weights_version,
+            )
+            end_s = rt.clock()
+            times = self._record_step(
+                step, batch, reports, start_s, end_s, sync_s=end_s - sync_start, concurrent=pending
+            )
+            self.strategy.after_step(rt)
+            self._decide(step, times)
+            self.recorder.sync()
+            completed = step + 1
+            every = live.checkpoint_every_steps
+            if every is not None and (completed % every == 0 or completed == live.num_steps):
+                self._checkpoint(completed, pending)
+        total_s = rt.clock()
+        return LiveResult(
+            out_dir=self.out,
+            trace_dir=self.out / "trace",
+            steps_completed=completed,
+            num_resizes=self.num_resizes,
+            total_s=total_s,
+            final_allocation=rt.topology.allocation,
+        )
+
+    def close(self) -> None:
+        """Convert the records to Parquet; never hide the error that ended the run."""
+        import sys
+
+        try:
+            self.recorder.finish()
+        except Exception:
+            self.recorder.close()
+            if sys.exc_info()[0] is None:
+                raise
+
+    # --- rollout -------------------------------------------------------------------------
+
+    def _launch_rollout(self, batch_id: int) -> tuple[float, dict]:
+        rt = self.runtime
+        if self.live.replay_batches_from is not None:
+            return rt.clock(), {}
+        prompt_ids = [
+            batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
+        ]
+        parts = split_evenly(prompt_ids, len(rt.topology.rollout_ids))
+        calls = {
+            w: ((), {"batch_id": batch_id, "prompt_ids": part})
+            for w, part in zip(rt.topology.rollout_ids, parts, strict=True)
+            if part
+        }
+        return rt.clock(), rt.call_each(calls, "generate")
+
+    def _collect_rollout(self, batch_id: int, launched: tuple[float, dict]) -> RolloutBatch:
+        _, refs = launched
+        if self.live.replay_batches_from is not None:
+            return load_batch(Path(self.live.replay_batches_from), batch_id)
+        reports = self.runtime.gather(refs, doing=f"generating batch {batch_id}")
+        samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
+        versions = {r.weights_version for r in reports.values()}
+        if len(versions) != 1:
+            raise RuntimeError(f"batch {batch_id} was generated with weights versions {versions}")
+        batch = RolloutBatch(
+            batch_id=batch_id,
+            weights_version=versions.pop(),
+            samples=group_advantages(samples),
+            rollout_s=max(r.wall_s for r in reports.values()),
+            replica_s={w: r.wall_s for w, r in reports.items()},
+        )
+        if self.live.record_batches:
+            save_batch(self.out, batch)
+        return batch
+
+    def _rollout_wait(self, batch_id: int) -> RolloutBatch:
+        return self._collect_rollout(batch_id, self._launch_rollout(batch_id))
+
+    # --- training ------------------------------------------------------------------------
+
+    def _launch_train(self, batch: RolloutBatch) -> dict:
+        rt = self.runtime
+        parts = split_by_prompt(batch.samples, rt.topology.num_trainers)
+        num_tokens = int(batch.response_lengths().sum())
+        calls = {
+            w: ((part,), {"num_batch_tokens": num_tokens})
+            for w, part in zip(rt.topology.trainer_ids, parts, strict=True)
+        }
+        return rt.call_each(calls, "train")
+
+    # --- records -------------------------------------------------------------------------
+
+    def _record_step(
+        self,
+        step: int,
+        batch: RolloutBatch,
+        reports: dict[int, TrainReport],
+        start_s: float,
+        end_s: float,
+        *,
+        sync_s: float,
+        concurrent: RolloutBatch | None,
+    ) -> StageTimes:
+        topo = self.runtime.topology
+        alloc = topo.allocation
+        train_s = max(r.train_s for r in reports.values())
+        step_s = end_s - start_s
+        busy_rollout = concurrent.rollout_s if concurrent else 0.0
+        if self.live.pipeline is PipelineMode.SYNC:
+            busy_rollout = batch.rollout_s
+        lengths = batch.response_lengths()
+        record = StepRecord(
+            step=step,
+            start_s=start_s,
+            end_s=end_s,
+            rollout_s=batch.rollout_s,
+            train_s=train_s,
+            sync_s=sync_s,
+            step_s=step_s,
+            idle_train_gpu_s=max(0.0, step_s - train_s - sync_s) * alloc.train_gpus,
+            idle_rollout_gpu_s=max(0.0, step_s - busy_rollout - sync_s) * alloc.rollout_gpus,
+            train_gpus=alloc.train_gpus,
+            rollout_gpus=alloc.rollout_gpus,
+            device_roles=topo.device_roles(),
+            resize_id=self._resize_before_step,
+            rollout_batch_id=batch.batch_id,
+            rollout_weights_version=batch.weights_version,
+            num_samples=len(batch.samples),
+            tokens=batch.num_tokens(),
+            response_len_mean=float(lengths.mean()),
+            response_len_p50=float(np.percentile(lengths, 50)),
+            response_len_p99=float(np.percentile(lengths, 99)),
+            response_len_max=float(lengths.max()),
+        )
+        self._resize_before_step = None
+        samples = [
+            SampleRecord(
+                step=step,
+                sample_index=i,
+                prompt_tokens=len(s.prompt_token_ids),
+                response_tokens=len(s.response_token_ids),
+                device=s.generated_by_device,
+                finish_s=None,
+            )
+            for i, s in enumerate(batch.samples)
+        ]
+        self.recorder.write([record, *samples])
+        by_key = {s.key: s for s in batch.samples}
+        self.recorder.write_lineage(
+            LineageRecord(
+                step=step,
+                rollout_batch_id=batch.batch_id,
+                prompt_id=key[0],
+                sample_index=key[1],
+                generated_weights_version=by_key[key].weights_version,
+                generated_by_device=by_key[key].generated_by_device,
+                consumed_by_device=report.worker_id,
+                trainer_weights_version=report.weights_version,
+                response_tokens=len(by_key[key].response_token_ids),
+            )
+            for report in reports.values()
+            for key in report.consumed
+        )
+        times = StageTimes(
+            step=step,
+            allocation=alloc,
+            rollout_s=batch.rollout_s,
+            train_s=train_s,
+            sync_s=sync_s,
+            step_s=step_s,
+        )
+        self.recent.append(times)
+        return times
+
+    _resize_before_step: int | None = None
+
+    # --- decisions and resizes -----------------------------------------------------------
+
+    def _decide(self, step: int, times: StageTimes) -> None:
+        rt = self.runtime
+        current = rt.topology.allocation
+        if self.steps_since_resize is not None:
+            self.steps_since_resize += 1
+        assert self.estimator is not None
+        candidates = self.estimator.predict(
+            current=current,
+            recent=tuple(self.recent),
+            measured_resize_s=tuple(self.measured_resize_s),
+        )
+        obs = StepObservation(
+            step=step,
+            now_s=rt.clock(),
+            allocation=current,
+            recent=tuple(self.recent),
+            candidates=candidates,
+            steps_since_resize=self.steps_since_resize,
+            remaining_steps=self.live.num_steps - step - 1,
+            measured_resize_costs_s=tuple(self.measured_resize_s),
+        )
+        decision: Decision = self.policy.decide(obs)
+        resize_id = self.num_resizes if decision.is_resize else None
+        chosen = obs.candidate(decision.target) if decision.is_resize else None
+        self.recorder.write(
+            [
+                DecisionRecord(
+                    step=step,
+                    time_s=obs.now_s,
+                    policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
+                    decision=decision.kind.value,
+                    from_allocation=current.label,
+                    to_allocation=decision.target.label if decision.target else None,
+                    reason=decision.reason,
+                    cost_source=candidates[0].cost_source.value,
+                    predicted_resize_critical_s=chosen.predicted_resize_critical_s
+                    if chosen
+                    else None,
+                    resize_id=resize_id,
+                )
+            ]
+        )
+        if decision.is_resize and step + 1 < self.live.num_steps:
+            self._resize(step, decision.target, resize_id)
+
+    def _resize(self, step: int, target: Allocation, resize_id: int) -> None:
+        rt = self.runtime
+        old = rt.topology
+        begin = rt.clock()
+        phases = self.strategy.resize(rt, target=Topology.for_allocation(target))
+        critical_s = rt.clock() - begin
+        self.recorder.write(
+            ResizePhaseRecord(
+                resize_id=resize_id,
+                step=step,
+                phase=p.phase,
+                strategy=self.strategy.record_name,
+                from_allocation=old.allocation.label,
+                to_allocation=target.label,
+                start_s=p.start_s,
+                end_s=p.end_s,
+                critical=p.critical,
+                bytes_moved=p.bytes_moved,
+            )
+            for p in phases
+        )
+        self.measured_resize_s.append(critical_s)
+        self.num_resizes += 1
+        self.steps_since_resize = 0
+        self._resize_before_step = resize_id
+
+    # --- checkpoints ---------------------------------------------------------------------
+
+    def _checkpoint(self, next_step: int, pending: RolloutBatch | None) -> None:
+        rt = self.runtime
+        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="writing a checkpoint")
+        from .shards import full_vectors
+
+        ckpt.save(
+            self.out,
+            ckpt.Checkpoint(
+                next_step=next_step,
+                weights_version=rt.weights_version,
+                allocation=rt.topology.allocation,
+                vectors=full_vectors(list(shards.values())),
+                pending_batch=pending,
+                num_resizes=self.num_resizes,
+            ),
+        )

@@ -1,0 +1,102 @@
+"""The Rollout role: the RL core's sampler on one worker, fed weights by the trainers every step.
+
+A replica generates every sample of the prompts the driver assigns it. Prompts are drawn from
+(seed, batch id) and each sample is seeded by (step, prompt id, sample index), so which replica
+generates a sample does not change its tokens (up to the numerics the sampler documents), and a
+resize that changes the number of replicas does not change the data.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .batch import RolloutSample
+from .rl.engine import FinishReason, GenerationRequest, SamplingParams
+from .rl.sampler import KVCacheSampler, SamplerConfig
+from .rl.task import RepeatTask
+
+
+@dataclass(frozen=True)
+class RolloutReport:
+    """One replica's part of one batch."""
+
+    worker_id: int
+    batch_id: int
+    weights_version: int
+    wall_s: float
+    samples: list[RolloutSample]
+
+
+class RolloutRole:
+    """One rollout replica. Built on the worker's model; dropped when the worker changes role."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: int,
+        model: torch.nn.Module,
+        task: RepeatTask,
+        sampler: SamplerConfig,
+        params: SamplingParams,
+        samples_per_prompt: int,
+        weights_version: int,
+    ) -> None:
+        self.worker_id = worker_id
+        self.model = model
+        self.task = task
+        self.params = params
+        self.samples_per_prompt = samples_per_prompt
+        self.engine = KVCacheSampler(model, sampler)
+        self.engine.warmup(params)
+        self.weights_version = weights_version
+
+    def load_weights(self, flat: torch.Tensor, *, weights_version: int) -> None:
+        self.engine.load_weights(flat.to(self.engine.device))
+        self.weights_version = weights_version
+
+    def generate(self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int):
+        """Generate and score every sample of the given prompts of batch `batch_id`."""
+        start = time.perf_counter()
+        items = {
+            item.prompt_id: item
+            for item in self.task.sample_items(seed=seed, step=batch_id, num_prompts=num_prompts)
+        }
+        missing = [p for p in prompt_ids if p not in items]
+        if missing:
+            raise ValueError(f"prompt ids {missing[:5]} are not in batch {batch_id}")
+        requests = [
+            GenerationRequest(
+                prompt_id=p, sample_index=i, prompt_token_ids=items[p].prompt_token_ids
+            )
+            for p in prompt_ids
+            for i in range(self.samples_per_prompt)
+        ]
+        output = self.engine.generate(requests, self.params, step=batch_id)
+        samples = []
+        for result in output.results:
+            item = items[result.prompt_id]
+            score = self.task.score(item, result.token_ids)
+            samples.append(
+                RolloutSample(
+                    batch_id=batch_id,
+                    prompt_id=result.prompt_id,
+                    sample_index=result.sample_index,
+                    prompt_token_ids=item.prompt_token_ids,
+                    response_token_ids=tuple(result.token_ids),
+                    reward=score.reward,
+                    hit_length_cap=result.finish_reason is FinishReason.LENGTH,
+                    finish_s=result.finish_s,
+                    generated_by_device=self.worker_id,
+                    weights_version=self.weights_version,
+                )
+            )
+        return RolloutReport(
+            worker_id=self.worker_id,
+            batch_id=batch_id,
+            weights_version=self.weights_version,
+            wall_s=time.perf_counter() - start,
+            samples=samples,
+        )

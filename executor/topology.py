@@ -1,0 +1,60 @@
+"""Which worker holds which role, and the rank maps and groups that follow from it.
+
+A topology is a pure function of the allocation: trainers are the lowest worker ids, rollout
+replicas the rest. So moving from 2:2 to 3:1 turns worker 2 into a trainer and moving back turns
+it into a replica again; the same allocation always gives the same groups, which is what lets a
+communicator cache key its groups by allocation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import Role
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Roles of `num_workers` workers for one allocation."""
+
+    trainer_ids: tuple[int, ...]
+    rollout_ids: tuple[int, ...]
+
+    @classmethod
+    def for_allocation(cls, allocation: Allocation) -> Topology:
+        trainers = tuple(range(allocation.train_gpus))
+        rollouts = tuple(range(allocation.train_gpus, allocation.total_gpus))
+        return cls(trainer_ids=trainers, rollout_ids=rollouts)
+
+    @property
+    def allocation(self) -> Allocation:
+        return Allocation(train_gpus=len(self.trainer_ids), rollout_gpus=len(self.rollout_ids))
+
+    @property
+    def num_trainers(self) -> int:
+        return len(self.trainer_ids)
+
+    @property
+    def num_workers(self) -> int:
+        return len(self.trainer_ids) + len(self.rollout_ids)
+
+    @property
+    def sync_ids(self) -> tuple[int, ...]:
+        """Members of the weight-sync group: the first trainer (the source) and every replica."""
+        return (self.trainer_ids[0], *self.rollout_ids)
+
+    def role_of(self, worker_id: int) -> Role:
+        return Role.TRAIN if worker_id in self.trainer_ids else Role.ROLLOUT
+
+    def device_roles(self) -> list[Role]:
+        return [self.role_of(w) for w in range(self.num_workers)]
+
+    def trainer_rank(self, worker_id: int) -> int:
+        return self.trainer_ids.index(worker_id)
+
+    def arriving_trainers(self, old: Topology) -> tuple[int, ...]:
+        return tuple(w for w in self.trainer_ids if w not in old.trainer_ids)
+
+    def leaving_trainers(self, old: Topology) -> tuple[int, ...]:
+        return tuple(w for w in old.trainer_ids if w not in self.trainer_ids)

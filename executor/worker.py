@@ -1,0 +1,267 @@
+"""One long-lived worker per device: holds a role, switches role in-process.
+
+The worker owns what outlives a role: its device (CUDA context included), its model object, its
+membership in the world process group and the groups of the current topology. A role (trainer or
+rollout replica) is a small object built on top; switching role drops one object and builds the
+other, with no actor teardown and no new process, which is what keeps a resize cheap.
+
+Methods are called by the driver (executor/driver.py) through Ray; collective methods must be
+called on every member of the group at once.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from dynaresize.traces.phases import Role
+
+from .batch import RolloutSample
+from .config import DeviceKind, LiveConfig
+from .rollout import RolloutReport, RolloutRole
+from .shards import ShardLayout, ShardState, recut
+from .topology import Topology
+from .trainer import TrainerRole, TrainReport, flat_numel
+
+COLLECTIVE_TIMEOUT = timedelta(minutes=10)
+
+
+class LiveWorker:
+    """A Ray actor (the driver wraps it with `ray.remote`)."""
+
+    def __init__(self, *, worker_id: int, config_json: str) -> None:
+        self.worker_id = worker_id
+        self.config = LiveConfig.model_validate_json(config_json)
+        torch.set_num_threads(self.config.torch_threads_per_worker)
+        self.device = self._pick_device()
+        self.model = None
+        self.role: Role | None = None
+        self.trainer: TrainerRole | None = None
+        self.rollout: RolloutRole | None = None
+        self.topology: Topology | None = None
+        self.train_group: dist.ProcessGroup | None = None
+        self.sync_group: dist.ProcessGroup | None = None
+        self._stash = None
+        self._pending_moments: dict[str, torch.Tensor] = {}
+
+    def _pick_device(self) -> torch.device:
+        if self.config.device is DeviceKind.CPU:
+            return torch.device("cpu")
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"worker {self.worker_id}: device cuda asked but CUDA is absent")
+        device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU
+        torch.cuda.set_device(device)
+        return device
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """Process id and host: for fault reports, and for tests that kill a worker."""
+        import ray
+
+        return {
+            "worker_id": self.worker_id,
+            "pid": os.getpid(),
+            "node_ip": ray.util.get_node_ip_address(),
+            "device": str(self.device),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        }
+
+    def rendezvous_port(self) -> int:
+        from .cluster import free_port
+
+        return free_port()
+
+    def join_world(self, *, master_addr: str, master_port: int, world_size: int) -> float:
+        """Join the world gloo group (every worker, created once for the whole run)."""
+        start = time.perf_counter()
+        dist.init_process_group(
+            backend="gloo",
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.worker_id,
+            world_size=world_size,
+            timeout=COLLECTIVE_TIMEOUT,
+        )
+        return time.perf_counter() - start
+
+    def build_model(self) -> int:
+        """Build the model from the config's spec (same seed on every worker: same weights)."""
+        from .rl.model import build_model
+
+        self.model = build_model(self.config.model_spec(), device=self.device)
+        self.model.requires_grad_(True)
+        return flat_numel(self.model)
+
+    # --- topology and roles --------------------------------------------------------------
+
+    def bind_topology(self, topology: Topology) -> float:
+        """Create the trainer group and the weight-sync group of `topology` (world collective)."""
+        start = time.perf_counter()
+        old = [g for g in (self.train_group, self.sync_group) if g is not None]
+        self.train_group = dist.new_group(list(topology.trainer_ids))
+        self.sync_group = dist.new_group(list(topology.sync_ids))
+        self.topology = topology
+        warm = torch.zeros(1)
+        if self.worker_id in topology.trainer_ids:
+            dist.all_reduce(warm, group=self.train_group)
+        if self.worker_id in topology.sync_ids:
+            dist.all_reduce(warm, group=self.sync_group)
+        for group in old:
+            if group is not dist.GroupMember.NON_GROUP_MEMBER:
+                dist.destroy_process_group(group)
+        return time.perf_counter() - start
+
+    def set_role(self, role: Role, *, weights_version: int) -> float:
+        """Switch to `role` in-process; a trainer's state comes with load_* calls after this."""
+        start = time.perf_counter()
+        if role is self.role:
+            return 0.0
+        self.trainer = None
+        self.rollout = None
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if role is Role.TRAIN:
+            self.trainer = TrainerRole(
+                worker_id=self.worker_id,
+                model=self.model,
+                device=self.device,
+                settings=self.config.optimizer,
+                micro_batch_samples=self.config.micro_batch_samples,
+            )
+        else:
+            self.rollout = RolloutRole(
+                worker_id=self.worker_id,
+                model=self.model,
+                task=self.config.build_task(),
+                sampler=self.config.sampler_config(),
+                params=self.config.sampling_params(),
+                samples_per_prompt=self.config.samples_per_prompt,
+                weights_version=weights_version,
+            )
+        self.role = role
+        return time.perf_counter() - start
+
+    def bind_trainer_rank(self) -> None:
+        assert self.topology is not None and self.trainer is not None
+        rank = self.topology.trainer_rank(self.worker_id)
+        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=self.topology.num_trainers)
+        self.trainer.bind(group=self.train_group, rank=rank, layout=layout)
+
+    # --- trainer state -------------------------------------------------------------------
+
+    def export_shard(self) -> ShardState:
+        return self._trainer().export_shard()
+
+    def stash_shard(self) -> tuple[list, int]:
+        """Copy this rank's slice to host memory (the object store) and return a reference.
+
+        The reference comes back inside a list so that the driver passes it on without
+        fetching the state itself; the receivers fetch what they need.
+        """
+        import ray
+
+        shard = self._trainer().export_shard()
+        self._stash = ray.put(shard)
+        return [self._stash], shard.nbytes()
+
+    def drop_stash(self) -> None:
+        self._stash = None
+
+    def trainer_numel(self) -> int:
+        return flat_numel(self.model)
+
+    def initial_shard(self, *, optimizer_step: int = 0) -> float:
+        """First start: this rank's slice of the model's own (identical) initial weights."""
+        start = time.perf_counter()
+        trainer = self._trainer()
+        flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+        lo, hi = trainer.layout.bounds(trainer.rank)
+        trainer.load_weights(flat[lo:hi], optimizer_step=optimizer_step)
+        trainer.load_moments({})
+        return time.perf_counter() - start
+
+    def restore_weights(self, *, old_shard_refs: list) -> int:
+        """Take this rank's master slice, re-cut from the old ranks' slices (host memory).
+
+        Returns the bytes fetched. The moments are kept aside for restore_optimizer.
+        """
+        import ray
+
+        old_shards: list[ShardState] = ray.get(old_shard_refs)
+        trainer = self._trainer()
+        shard = recut(old_shards, trainer.layout, trainer.rank)
+        trainer.load_weights(shard.master, optimizer_step=shard.optimizer_step)
+        self._pending_moments = shard.moments
+        return sum(s.nbytes() for s in old_shards)
+
+    def load_shard(self, shard: ShardState) -> None:
+        """Take a whole slice at once (a checkpoint restore)."""
+        self._trainer().load_shard(shard)
+
+    def restore_optimizer(self) -> float:
+        """Load the moments staged by restore_weights into this rank's AdamW."""
+        start = time.perf_counter()
+        self._trainer().load_moments(self._pending_moments)
+        self._pending_moments = {}
+        return time.perf_counter() - start
+
+    def refresh_model_from_master(self) -> float:
+        """All-gather the master slices into the model (trainer-group collective)."""
+        from .trainer import load_flat
+
+        start = time.perf_counter()
+        load_flat(self.model, self._trainer().gather_master())
+        return time.perf_counter() - start
+
+    # --- one step ------------------------------------------------------------------------
+
+    def train(self, samples: list[RolloutSample], *, num_batch_tokens: int) -> TrainReport:
+        return self._trainer().train(samples, num_batch_tokens=num_batch_tokens)
+
+    def generate(self, *, batch_id: int, prompt_ids: list[int]) -> RolloutReport:
+        rollout = self._rollout()
+        return rollout.generate(
+            batch_id=batch_id,
+            prompt_ids=prompt_ids,
+            seed=self.config.seed,
+            num_prompts=self.config.prompts_per_step,
+        )
+
+    def sync_weights(self, *, weights_version: int) -> dict[str, float]:
+        """Broadcast the model from the first trainer to every rollout replica (sync group).
+
+        The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged.
+        """
+        assert self.topology is not None
+        start = time.perf_counter()
+        source = self.topology.trainer_ids[0]
+        if self.worker_id == source:
+            flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
+        else:
+            dtype = next(self.model.parameters()).dtype
+            flat = torch.empty(flat_numel(self.model), dtype=dtype)
+        payload = flat.view(torch.uint8)
+        dist.broadcast(payload, src=source, group=self.sync_group)
+        if self.rollout is not None:
+            self.rollout.load_weights(flat, weights_version=weights_version)
+        return {"bytes": payload.numel(), "s": time.perf_counter() - start}
+
+    def flat_weights(self) -> torch.Tensor:
+        """The model's weights as one host vector (tests compare runs with it)."""
+        return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _trainer(self) -> TrainerRole:
+        if self.trainer is None:
+            raise RuntimeError(f"worker {self.worker_id} is not a trainer (role {self.role})")
+        return self.trainer
+
+    def _rollout(self) -> RolloutRole:
+        if self.rollout is None:
+            raise RuntimeError(f"worker {self.worker_id} is not a rollout replica ({self.role})")
+        return self.rollout
