@@ -1,0 +1,135 @@
+"""Scenario configs: loading, every rejection path, and the memory check's arithmetic."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+from dynaresize.policies.types import Allocation
+from dynaresize.twin.config import ConfigError, load_config
+from dynaresize.twin.costs.memory import ModelConfig, check_candidate, train_gb_per_gpu
+from twin_scenarios import raw
+
+from dynaresize.config import builtin_config_names, load_run_config, resolve_config_path
+
+
+def write(tmp_path, data, name="cfg.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_builtin_configs_load_and_resolve_by_name():
+    assert {"example", "paper"} <= set(builtin_config_names())
+    for name in ("example", "paper"):
+        cfg = load_run_config(name)
+        assert cfg.cluster.total_gpus == 8
+        assert Allocation.parse("6:2") in cfg.cluster.candidate_topologies
+        assert cfg.policies, "built-in configs name the policies they compare"
+    assert resolve_config_path("example").name == "example.yaml"
+
+
+def test_scenario_round_trips_through_yaml(tmp_path):
+    cfg = load_config(write(tmp_path, raw()))
+    again = load_config(write(tmp_path, cfg.model_dump(mode="json"), "again.yaml"))
+    assert again == cfg
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [
+        ({"cluster": {"candidate_topologies": ["6:2", "6:3"]}}, ["6:3", "9 GPUs", "8"]),
+        (
+            {
+                "cluster": {
+                    "rollout_tensor_parallel_size": 2,
+                    "candidate_topologies": ["5:3", "6:2"],
+                }
+            },
+            ["5:3", "not divisible", "rollout_tensor_parallel_size"],
+        ),
+        ({"cluster": {"initial_allocation": "2:6"}}, ["initial_allocation", "2:6"]),
+        ({"cluster": {"intra_node_bandwidth_gbps": -1}}, ["cluster.intra_node_bandwidth_gbps"]),
+        ({"cluster": {"gpu_memory_gb": float("nan")}}, ["cluster.gpu_memory_gb"]),
+        ({"cluster": {"candidate_topologies": ["six:two"]}}, ["six:two"]),
+        ({"model": {"num_params_b": 0}}, ["model.num_params_b"]),
+        ({"simulation": {"num_stepz": 3}}, ["simulation.num_stepz"]),
+        ({"policies": [{"kind": "telepathy"}]}, ["policies", "telepathy"]),
+        ({"workload": {"max_response_tokens": -5}}, ["workload.max_response_tokens"]),
+        ({"simulation": {"baseline_allocation": "7:1"}}, ["baseline_allocation", "7:1"]),
+    ],
+)
+def test_bad_fields_fail_with_file_and_field(tmp_path, override, words):
+    path = write(tmp_path, raw(**override))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert str(path) in message
+    for word in words:
+        assert word in message
+    assert "\n" not in message
+
+
+def test_memory_infeasible_candidate_is_rejected_with_numbers(tmp_path):
+    # 20B parameters at 16 bytes each over 2 trainers is 160 GB per GPU (plus activations).
+    data = raw(model={"num_params_b": 20}, cluster={"candidate_topologies": ["6:2", "2:6"]})
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, data))
+    message = str(err.value)
+    assert "candidate 2:6 does not fit" in message
+    assert "GB" in message
+    expected = train_gb_per_gpu(ModelConfig(num_params_b=20), train_gpus=2)
+    assert f"{expected:.1f}" in message
+
+
+def test_memory_arithmetic_closed_form():
+    model = ModelConfig(
+        num_params_b=10,
+        weight_bytes_per_param=2,
+        gradient_bytes_per_param=2,
+        master_bytes_per_param=4,
+        optimizer_bytes_per_param=8,
+        activation_memory_gb_per_gpu=7,
+        rollout_min_kv_cache_gb_per_gpu=3,
+    )
+    # 10e9 params x 16 bytes = 160 GB sharded over 4 trainers, plus 7 GB of activations.
+    assert math.isclose(train_gb_per_gpu(model, train_gpus=4), 160 / 4 + 7)
+    check = check_candidate(
+        model, label="4:4", train_gpus=4, tensor_parallel_size=2, usable_gpu_memory_gb=48
+    )
+    assert math.isclose(check.rollout_gb_per_gpu, 20 / 2 + 3)
+    assert check.feasible
+    shrunk = check_candidate(
+        model, label="3:5", train_gpus=3, tensor_parallel_size=1, usable_gpu_memory_gb=48
+    )
+    assert not shrunk.train_fits and "3:5" in shrunk.explain()
+
+
+def test_missing_file_and_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.yaml")
+    bad = write(tmp_path, "cluster: [unclosed\n  x: 1\n")
+    with pytest.raises(ConfigError, match=r"line \d+"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(write(tmp_path, "- 1\n- 2\n", "list.yaml"))
+
+
+def test_unknown_builtin_name_lists_the_builtins():
+    with pytest.raises(ConfigError, match="example"):
+        resolve_config_path("no-such-config")
+
+
+def test_workload_preset_with_overrides(tmp_path):
+    cfg = load_config(
+        write(
+            tmp_path,
+            raw(workload={"preset": "high_variance"})
+            | {"workload": {"preset": "high_variance", "samples_per_step": 17}},
+        )
+    )
+    assert cfg.workload.name == "high_variance"
+    assert cfg.workload.samples_per_step == 17
+    with pytest.raises(ConfigError, match="unknown workload preset"):
+        load_config(write(tmp_path, raw() | {"workload": "no_such"}, "p.yaml"))

@@ -1,0 +1,121 @@
+"""Synthetic workloads: determinism, clipping, drift, regime switches and the presets' shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dynaresize.traces.synthetic import (
+    PRESETS,
+    LengthComponent,
+    RegimeSwitch,
+    WorkloadConfig,
+    generate_workload,
+    preset,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+def constant(name: str, tokens: float, weight: float = 1.0) -> LengthComponent:
+    """A component whose every sample has exactly `tokens` tokens (lognormal with sigma 0)."""
+    return LengthComponent(name=name, weight=weight, median_tokens=tokens, sigma=0.0)
+
+
+def test_same_seed_same_workload_and_other_seed_differs():
+    cfg = preset("high_variance")
+    a, b = generate_workload(cfg, 20, 7), generate_workload(cfg, 20, 7)
+    assert np.array_equal(a.response_tokens, b.response_tokens)
+    assert np.array_equal(a.prompt_tokens, b.prompt_tokens)
+    c = generate_workload(cfg, 20, 8)
+    assert not np.array_equal(a.response_tokens, c.response_tokens)
+
+
+def test_regime_switch_reweights_the_mixture_exactly():
+    cfg = WorkloadConfig(
+        samples_per_step=50,
+        components=[constant("short", 100), constant("long", 1000, weight=1e-12)],
+        max_response_tokens=10_000,
+        regime_switches=[RegimeSwitch(at_step=5, component_weights=[0.0, 1.0])],
+    )
+    w = generate_workload(cfg, 10, 0)
+    before, after = w.response_tokens[: 5 * 50], w.response_tokens[5 * 50 :]
+    assert np.all(before == 100)
+    assert np.all(after == 1000)
+
+
+def test_growth_compounds_then_plateaus_and_clipping_holds():
+    cfg = WorkloadConfig(
+        samples_per_step=4,
+        components=[constant("only", 100)],
+        max_response_tokens=150,
+        length_growth_per_step=0.1,
+        length_growth_stop_step=3,
+    )
+    w = generate_workload(cfg, 8, 0)
+    per_step = w.response_tokens.reshape(8, 4)[:, 0]
+    # 100 * 1.1**k until step 3, then flat; clipped at 150 (1.1**3 * 100 = 133.1).
+    assert per_step.tolist() == [100, 110, 121, 133, 133, 133, 133, 133]
+    scaled = cfg.model_copy(update={"length_growth_per_step": 0.5})
+    assert generate_workload(scaled, 8, 0).response_tokens.max() == 150
+
+
+def test_pareto_component_has_the_configured_median():
+    cfg = WorkloadConfig(
+        samples_per_step=20_000,
+        components=[
+            LengthComponent(weight=1, distribution="pareto", median_tokens=800, tail_index=1.3)
+        ],
+        max_response_tokens=10**7,
+    )
+    lengths = generate_workload(cfg, 1, 1).response_tokens
+    assert abs(np.median(lengths) / 800 - 1) < 0.03
+    assert lengths.min() >= 800 * 2 ** (-1 / 1.3) - 1
+
+
+def test_presets_order_by_tail_weight():
+    def tail_ratio(name: str) -> float:
+        r = generate_workload(PRESETS[name], 20, 0).response_tokens
+        return np.percentile(r, 99) / np.percentile(r, 50)
+
+    assert tail_ratio("high_variance") > 3 * tail_ratio("low_variance")
+    with pytest.raises(ValueError, match="unknown workload preset"):
+        preset("nope")
+
+
+def test_bad_regime_weights_are_rejected():
+    with pytest.raises(ValueError, match="component_weights"):
+        WorkloadConfig(
+            samples_per_step=1,
+            components=[constant("a", 1)],
+            max_response_tokens=10,
+            regime_switches=[RegimeSwitch(at_step=1, component_weights=[1.0, 2.0])],
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.integers(0, 6),
+    per_step=st.integers(1, 40),
+    seed=st.integers(0, 2**31),
+    growth=st.floats(-0.2, 0.3),
+    sigma=st.floats(0, 2),
+    max_len=st.integers(1, 5000),
+)
+def test_any_config_gives_a_valid_workload(steps, per_step, seed, growth, sigma, max_len):
+    cfg = WorkloadConfig(
+        samples_per_step=per_step,
+        components=[
+            LengthComponent(weight=2, median_tokens=300, sigma=sigma),
+            LengthComponent(weight=1, distribution="pareto", median_tokens=900, tail_index=1.1),
+        ],
+        max_response_tokens=max_len,
+        min_response_tokens=min(1, max_len),
+        length_growth_per_step=growth,
+    )
+    w = generate_workload(cfg, steps, seed)
+    assert w.num_steps == steps
+    assert len(w.response_tokens) == steps * per_step
+    if len(w.response_tokens):
+        assert w.response_tokens.max() <= max_len
+        assert w.response_tokens.min() >= cfg.min_response_tokens
+        assert w.prompt_tokens.min() >= 1
