@@ -1,0 +1,262 @@
+"""`overlapped`: a resize that keeps the actors and moves only what the next step needs.
+
+Each of the three mechanisms is a switch, so each can be measured alone:
+- reuse_communicators: every candidate topology's groups are built and warmed in the background
+  from the first step on; the resize binds them (off: they are built at the resize);
+- staging: trainer slices stream between workers through each receiver's bounded, pinned host
+  pool, no copy of the state is taken (off: each old trainer puts a full host copy of its slice in
+  the object store and the new trainers fetch what they need, as `host_sync` does);
+- defer_optimizer: the AdamW moments move after the boundary, overlapped with the first step,
+  whose optimizer update waits for them (off: they move on the critical path).
+
+With all three off this is `host_sync` minus its unconditional weight sync: replicas already hold
+the current weights (they are synced after every step, and a leaving trainer has them too).
+"""
+
+from __future__ import annotations
+
+import time
+
+from dynaresize.traces.phases import PhaseName, Role, StrategyName
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import LiveStrategy
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..runtime import Runtime
+from ..shards import ShardLayout, sources_of
+from ..topology import Topology
+from .plan import reshard_moves, staged_bytes
+
+FP32_BYTES = 4
+
+
+class Mechanisms(BaseModel):
+    """Which of the overlapped strategy's mechanisms are on."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reuse_communicators: bool = Field(
+        default=True, description="Bind cached, background-prewarmed groups at a resize."
+    )
+    staging: bool = Field(
+        default=True, description="Stream state through bounded host buffers (else host copies)."
+    )
+    defer_optimizer: bool = Field(
+        default=True, description="Move optimizer moments after the boundary, before their use."
+    )
+
+    @property
+    def label(self) -> str:
+        on = [n for n, v in self.model_dump().items() if v]
+        return "+".join(on) if on else "none"
+
+
+@register_strategy
+class OverlappedStrategy(ResizeStrategy):
+    name = LiveStrategy.OVERLAPPED
+    record_name = StrategyName.OVERLAPPED
+
+    def __init__(self, mechanisms: Mechanisms | None = None) -> None:
+        self._mechanisms = mechanisms
+        self._pools: dict[int, str] = {}
+        self._ready = False
+        self._transfers = 0
+        self._background_workers: tuple[int, ...] = ()
+        self._background_phases: list[PhaseTiming] = []
+
+    # --- setup and hooks -----------------------------------------------------------------
+
+    def mechanisms(self, runtime: Runtime) -> Mechanisms:
+        if self._mechanisms is None:
+            settings = runtime.config.staging
+            self._mechanisms = Mechanisms(
+                reuse_communicators=settings.reuse_communicators,
+                defer_optimizer=settings.defer_optimizer_reload,
+            )
+        return self._mechanisms
+
+    def prepare(self, runtime: Runtime) -> None:
+        """Pools and communicator caches on every worker; prewarm starts right away."""
+        if self._ready:
+            return
+        mech = self.mechanisms(runtime)
+        settings = runtime.config.staging
+        names = runtime.run(
+            runtime.all_ids,
+            "fast_setup",
+            doing="creating staging pools",
+            candidates=[c.label for c in runtime.config.candidates],
+            chunk_bytes=settings.chunk_mib << 20,
+            num_buffers=settings.num_buffers,
+            pin_memory=settings.pin_memory,
+            reuse_communicators=mech.reuse_communicators,
+            world_size=len(runtime.workers),
+        )
+        self._pools = dict(names)
+        if mech.reuse_communicators:
+            runtime.run(runtime.all_ids, "fast_prewarm", doing="prewarming groups")
+        self._ready = True
+
+    def before_train(self, runtime: Runtime) -> None:
+        self.prepare(runtime)
+
+    def after_step(self, runtime: Runtime) -> None:
+        """After the first step on a new topology: collect when the background work ended."""
+        if not self._background_workers:
+            return
+        reports = runtime.run(
+            self._background_workers, "fast_settle", doing="finishing background state moves"
+        )
+        self._background_workers = ()
+        done = [r for r in reports.values() if r is not None]
+        if not done:
+            return
+        now_clock, now_wall = runtime.clock(), time.time()
+        start = min(r["started_wall"] for r in done)
+        end = max(r["finished_wall"] for r in done)
+        self._background_phases.append(
+            PhaseTiming(
+                phase=PhaseName.OPTIMIZER_RESTORE,
+                start_s=max(now_clock - (now_wall - start), 0.0),
+                end_s=max(now_clock - (now_wall - end), 0.0),
+                critical=False,
+                bytes_moved=int(sum(r["bytes_received"] for r in done)),
+            )
+        )
+
+    def release(self, runtime: Runtime) -> None:
+        """Finish background work and free every worker's pool (before another strategy runs)."""
+        if not self._ready:
+            return
+        self.after_step(runtime)
+        runtime.run(runtime.all_ids, "fast_close", doing="closing staging pools")
+        self._ready = False
+
+    def pop_background_phases(self) -> list[PhaseTiming]:
+        """Background phases that ended since the last call (the driver records them)."""
+        phases, self._background_phases = self._background_phases, []
+        return phases
+
+    # --- the resize ----------------------------------------------------------------------
+
+    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
+        self.prepare(runtime)
+        if self._background_workers:  # a resize right after a resize: finish the last one first
+            self.after_step(runtime)
+        mech = self.mechanisms(runtime)
+        old = runtime.topology
+        log = PhaseLog(runtime)
+        version = runtime.weights_version
+        numel = runtime.run([old.trainer_ids[0]], "trainer_numel", doing="sizing")[
+            old.trainer_ids[0]
+        ]
+        moves = reshard_moves(old, target, numel=numel)
+        involved = tuple(sorted(set(old.trainer_ids) | set(target.trainer_ids)))
+
+        shard_refs = None
+        with log.phase(PhaseName.STATE_EXPORT) as extra:
+            if mech.staging:
+                held = runtime.run(old.trainer_ids, "fast_hold_shard", doing="holding shards")
+                extra["bytes_moved"] = 0  # referenced in place: nothing is copied
+                del held
+            else:
+                exported = runtime.run(old.trainer_ids, "stash_shard", doing="exporting state")
+                extra["bytes_moved"] = sum(n for _, n in exported.values())
+                shard_refs = {old.trainer_rank(w): refs[0] for w, (refs, _) in exported.items()}
+
+        arriving = target.arriving_trainers(old)
+        new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
+        with log.phase(PhaseName.WORKER_REINIT):
+            runtime.run(
+                arriving,
+                "set_role",
+                doing="becoming a trainer",
+                role=Role.TRAIN,
+                weights_version=version,
+            )
+        with log.phase(PhaseName.ROLLOUT_REINIT):
+            runtime.run(
+                new_replicas,
+                "set_role",
+                doing="becoming a rollout replica",
+                role=Role.ROLLOUT,
+                weights_version=version,
+            )
+        with log.phase(PhaseName.COMM_PREWARM):
+            runtime.run(runtime.all_ids, "fast_bind", doing="binding groups", topology=target)
+            runtime.topology = target
+            runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+
+        step = version  # AdamW steps applied so far
+        with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
+            if mech.staging:
+                base = self._next_transfer_ids(len(moves))
+                runtime.run(
+                    involved,
+                    "fast_move_weights",
+                    doing="moving master slices",
+                    moves=moves,
+                    pools=self._pools,
+                    transfer_base=base,
+                    optimizer_step=step,
+                )
+                extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
+            else:
+                assert shard_refs is not None
+                old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
+                new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
+                calls = {
+                    w: (
+                        (),
+                        {
+                            "old_shard_refs": [
+                                shard_refs[r]
+                                for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
+                            ]
+                        },
+                    )
+                    for w in target.trainer_ids
+                }
+                fetched = runtime.gather(
+                    runtime.call_each(calls, "restore_weights"), doing="restoring weights"
+                )
+                extra["bytes_moved"] = sum(fetched.values())
+
+        critical_moments = not mech.defer_optimizer
+        with log.phase(PhaseName.OPTIMIZER_RESTORE, critical=True) as extra:
+            if mech.staging:
+                base = self._next_transfer_ids(len(moves))
+                runtime.run(
+                    involved,
+                    "fast_move_moments",
+                    doing="moving optimizer moments",
+                    moves=moves,
+                    pools=self._pools,
+                    transfer_base=base,
+                    optimizer_step=step,
+                    deferred=mech.defer_optimizer,
+                )
+                if critical_moments:
+                    extra["bytes_moved"] = 2 * staged_bytes(moves, bytes_per_element=FP32_BYTES)
+            elif mech.defer_optimizer:
+                runtime.run(
+                    target.trainer_ids,
+                    "fast_defer_host_moments",
+                    doing="deferring moments",
+                    optimizer_step=step,
+                )
+            else:
+                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+        if mech.defer_optimizer:
+            self._background_workers = involved if mech.staging else target.trainer_ids
+
+        if shard_refs is not None:
+            with log.phase(PhaseName.POSTPROCESS):
+                del shard_refs
+                runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
+        return log.phases
+
+    def _next_transfer_ids(self, count: int) -> int:
+        base = self._transfers
+        self._transfers += 2 * count + 2
+        return base

@@ -1,0 +1,136 @@
+"""`stop_and_rebuild`: the baseline every fast resize is measured against.
+
+What a framework without runtime resizing does to change its split: write a checkpoint to disk,
+kill every worker actor, start new ones in the same placement group, form a new world process
+group and the topology's groups, rebuild the model, and load the checkpoint back (model weights on
+every worker, trainer slices re-cut from the old slices on disk). Nothing overlaps; every phase is
+on the critical path. Only one checkpoint exists at a time: it is deleted once loaded.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+from dynaresize.traces.phases import PhaseName, Role, StrategyName
+
+from ..config import LiveStrategy
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..runtime import Runtime
+from ..topology import Topology
+
+PLACEMENT_GROUP_NAME = "dynaresize-live"
+
+ActorFactory = Callable[[Runtime], list[Any]]
+"""Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
+
+
+def restart_live_workers(runtime: Runtime) -> list[Any]:
+    """The executor's own workers, in the run's placement group."""
+    from ..cluster import start_workers
+
+    group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
+    return start_workers(runtime.config, group)
+
+
+@register_strategy
+class StopAndRebuildStrategy(ResizeStrategy):
+    name = LiveStrategy.STOP_AND_REBUILD
+    record_name = StrategyName.STOP_AND_REBUILD
+
+    def __init__(
+        self,
+        *,
+        actor_factory: ActorFactory = restart_live_workers,
+        checkpoint_root: str | None = None,
+    ) -> None:
+        self.actor_factory = actor_factory
+        self.checkpoint_root = Path(checkpoint_root or tempfile.gettempdir())
+
+    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
+        old = runtime.topology
+        log = PhaseLog(runtime)
+        version = runtime.weights_version
+        folder = self.checkpoint_root / f"dynaresize-rebuild-{uuid.uuid4().hex[:12]}"
+        try:
+            with log.phase(PhaseName.STATE_EXPORT) as extra:
+                saved = runtime.run(
+                    old.trainer_ids,
+                    "disk_save",
+                    doing="writing the checkpoint",
+                    directory=str(folder),
+                )
+                extra["bytes_moved"] = int(sum(r["bytes"] for r in saved.values()))
+
+            with log.phase(PhaseName.WORKER_REINIT):
+                for actor in runtime.workers:
+                    ray.kill(actor, no_restart=True)
+                fresh = self.actor_factory(runtime)
+                runtime.workers[:] = fresh  # the cluster's list too: it shuts these down
+                runtime.topology = target
+                runtime.run(runtime.all_ids, "info", doing="restarting workers")
+                runtime.run(runtime.all_ids, "build_model", doing="rebuilding the model")
+
+            with log.phase(PhaseName.COMM_PREWARM):
+                self._form_world(runtime)
+                runtime.run(
+                    runtime.all_ids, "bind_topology", doing="building groups", topology=target
+                )
+
+            with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
+                loaded = runtime.run(
+                    runtime.all_ids,
+                    "disk_load_model",
+                    doing="loading model weights",
+                    directory=str(folder),
+                )
+                runtime.run(
+                    target.trainer_ids,
+                    "set_role",
+                    doing="becoming a trainer",
+                    role=Role.TRAIN,
+                    weights_version=version,
+                )
+                runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding ranks")
+                restored = runtime.run(
+                    target.trainer_ids,
+                    "disk_restore_weights",
+                    doing="loading trainer slices",
+                    directory=str(folder),
+                    old_num_ranks=old.num_trainers,
+                )
+                extra["bytes_moved"] = int(sum(loaded.values()) + sum(restored.values()))
+
+            with log.phase(PhaseName.OPTIMIZER_RESTORE):
+                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+
+            with log.phase(PhaseName.ROLLOUT_REINIT):
+                runtime.run(
+                    target.rollout_ids,
+                    "set_role",
+                    doing="starting rollout replicas",
+                    role=Role.ROLLOUT,
+                    weights_version=version,
+                )
+        finally:
+            with log.phase(PhaseName.POSTPROCESS):
+                shutil.rmtree(folder, ignore_errors=True)
+        return log.phases
+
+    @staticmethod
+    def _form_world(runtime: Runtime) -> None:
+        infos = runtime.run([0], "info", doing="finding the rendezvous host")
+        port = runtime.run([0], "rendezvous_port", doing="finding a rendezvous port")[0]
+        runtime.run(
+            runtime.all_ids,
+            "join_world",
+            doing="joining the world group",
+            master_addr=infos[0]["node_ip"],
+            master_port=port,
+            world_size=len(runtime.workers),
+        )

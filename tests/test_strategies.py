@@ -1,0 +1,197 @@
+"""Resize strategies: the re-cut plan covers every slice once, resize costs come from step times
+alone, and on real Ray workers every strategy (each overlapped mechanism alone, all, none, and
+stop-and-rebuild) moves trainer state to a new split and back bit for bit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+import torch
+from dynaresize.executor.shards import ShardLayout
+from dynaresize.executor.strategies.measure import resize_costs
+from dynaresize.executor.strategies.plan import reshard_moves
+from dynaresize.executor.topology import Topology
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import PhaseName
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    numel=st.integers(min_value=1, max_value=10_000),
+    num_workers=st.integers(min_value=2, max_value=9),
+    data=st.data(),
+)
+def test_reshard_moves_cover_every_new_slice_once(numel: int, num_workers: int, data) -> None:
+    old_t = data.draw(st.integers(1, num_workers - 1))
+    new_t = data.draw(st.integers(1, num_workers - 1))
+    old = Topology.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
+    new = Topology.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
+    moves = reshard_moves(old, new, numel=numel)
+    old_layout = ShardLayout(numel=numel, num_ranks=old_t)
+    new_layout = ShardLayout(numel=numel, num_ranks=new_t)
+    assert sum(m.numel for m in moves) == numel
+    for rank, worker in enumerate(new.trainer_ids):
+        mine = [m for m in moves if m.dst_worker == worker]
+        offset = 0
+        for move in mine:
+            assert move.dst_start == offset and move.numel > 0
+            src_rank = old.trainer_rank(move.src_worker)
+            assert move.src_start + move.numel <= old_layout.shard_numel(src_rank)
+            # Global positions agree on both sides.
+            assert old_layout.bounds(src_rank)[0] + move.src_start == (
+                new_layout.bounds(rank)[0] + move.dst_start
+            )
+            offset += move.numel
+        assert offset == new_layout.shard_numel(rank)
+
+
+@dataclass(frozen=True)
+class _Step:
+    start_s: float
+    end_s: float
+    resize_id: int | None = None
+
+
+def test_resize_cost_is_the_gap_and_the_first_step_slowdown() -> None:
+    steps = [
+        _Step(0.0, 1.0),
+        _Step(1.0, 2.0),
+        _Step(2.75, 4.25, resize_id=0),  # waited 0.75 s, then ran 1.5 s
+        _Step(4.25, 5.25),
+        _Step(5.5, 6.5, resize_id=1),  # no step after it
+    ]
+    costs = resize_costs(steps)
+    assert [c.resize_id for c in costs] == [0, 1]
+    assert costs[0].critical_s == pytest.approx(0.75)
+    assert costs[0].background_s == pytest.approx(0.5)
+    assert costs[1].critical_s == pytest.approx(0.25)
+    assert costs[1].background_s is None
+    # Only step times enter: the same steps in any order give the same costs.
+    assert resize_costs(list(reversed(steps))) == costs
+
+
+# ---------------------------------------------------------------------------------------------
+# Real workers on CPU.
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def live_config():
+    from dynaresize.executor.config import LiveConfig, StagingSettings
+
+    return LiveConfig(
+        num_workers=3,
+        initial_allocation="2:1",
+        candidate_allocations="2:1,1:2",
+        staging=StagingSettings(chunk_mib=1, num_buffers=2),
+        checkpoint_every_steps=None,
+    )
+
+
+@pytest.fixture(scope="module")
+def runtime(live_config, _ray_started):
+    from dynaresize.executor.strategies.harness import start_runtime
+    from ray.util.placement_group import remove_placement_group
+
+    rt, group, started = start_runtime(live_config)
+    yield rt
+    for actor in rt.workers:
+        ray.kill(actor, no_restart=True)
+    remove_placement_group(group)
+    if started:
+        ray.shutdown()
+
+
+def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torch.Tensor]:
+    from dynaresize.executor.shards import shards_from_full
+
+    gen = torch.Generator().manual_seed(optimizer_step)
+    vectors = {
+        "master": torch.randn(numel, generator=gen),
+        "exp_avg": torch.randn(numel, generator=gen),
+        "exp_avg_sq": torch.rand(numel, generator=gen),
+    }
+    topo = rt.topology
+    layout = ShardLayout(numel=numel, num_ranks=topo.num_trainers)
+    shards = shards_from_full(vectors, layout, optimizer_step=optimizer_step)
+    calls = {w: ((shards[topo.trainer_rank(w)],), {}) for w in topo.trainer_ids}
+    rt.gather(rt.call_each(calls, "load_shard"), doing="loading state")
+    rt.weights_version = optimizer_step
+    return vectors
+
+
+def _current_vectors(rt) -> dict[str, torch.Tensor]:
+    from dynaresize.executor.shards import full_vectors
+
+    shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="exporting")
+    return full_vectors(list(shards.values()))
+
+
+def _round_trip(rt, strategy, *, optimizer_step: int) -> list:
+    numel = rt.run([0], "trainer_numel", doing="sizing")[0]
+    before = _load_random_state(rt, numel, optimizer_step=optimizer_step)
+    start, other = rt.topology, Topology.for_allocation(Allocation.parse("1:2"))
+    phases = []
+    for target in (other, start):
+        phases += strategy.resize(rt, target=target)
+        strategy.after_step(rt)
+        phases += strategy.pop_background_phases()
+        assert rt.topology == target
+    after = _current_vectors(rt)
+    for key, value in before.items():
+        assert torch.equal(after[key], value), key
+    return phases
+
+
+MECHANISMS = [
+    {},
+    {"reuse_communicators": False, "staging": False, "defer_optimizer": False},
+    {"reuse_communicators": True, "staging": False, "defer_optimizer": False},
+    {"reuse_communicators": False, "staging": True, "defer_optimizer": False},
+    {"reuse_communicators": False, "staging": False, "defer_optimizer": True},
+]
+
+
+@pytest.mark.live
+def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runtime) -> None:
+    from dynaresize.executor.strategies.overlapped import Mechanisms, OverlappedStrategy
+
+    for index, switches in enumerate(MECHANISMS):
+        mechanisms = Mechanisms(**switches)
+        strategy = OverlappedStrategy(mechanisms)
+        phases = _round_trip(runtime, strategy, optimizer_step=3 + index)
+        names = {p.phase for p in phases}
+        assert {PhaseName.COMM_PREWARM, PhaseName.WEIGHT_RESTORE} <= names
+        background = [p for p in phases if not p.critical]
+        if mechanisms.defer_optimizer:
+            assert [p.phase for p in background] == [PhaseName.OPTIMIZER_RESTORE] * 2
+            assert all(p.end_s >= p.start_s for p in background)
+        else:
+            assert background == []
+        if mechanisms.staging:
+            export = [p for p in phases if p.phase is PhaseName.STATE_EXPORT]
+            assert all(p.bytes_moved == 0 for p in export)  # held in place, never copied
+        strategy.release(runtime)
+
+
+@pytest.mark.live
+def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> None:
+    from dynaresize.executor.strategies.harness import restart_fast_workers
+    from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
+
+    numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
+    before = _load_random_state(runtime, numel, optimizer_step=9)
+    old_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
+    strategy = StopAndRebuildStrategy(actor_factory=restart_fast_workers)
+    phases = strategy.resize(runtime, target=Topology.for_allocation(Allocation.parse("1:2")))
+    new_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
+    assert not old_pids & new_pids
+    assert all(p.critical for p in phases)
+    assert next(p.phase for p in phases) is PhaseName.STATE_EXPORT
+    after = _current_vectors(runtime)
+    for key, value in before.items():
+        assert torch.equal(after[key], value), key
