@@ -136,60 +136,7 @@ def _makespans_numpy(
 def _numba_kernel():
     """The compiled kernel, or None without numba. Imported lazily: numba is slow to load."""
     try:
-        import numba
+        from . import rollout_numba
     except ImportError:
         return None
-
-    @numba.njit(cache=True, nogil=True)
-    def sift_down(heap, size):
-        i = 0
-        item = heap[0]
-        while True:
-            child = 2 * i + 1
-            if child >= size:
-                break
-            if child + 1 < size and heap[child + 1] < heap[child]:
-                child += 1
-            if heap[child] >= item:
-                break
-            heap[i] = heap[child]
-            i = child
-        heap[i] = item
-
-    @numba.njit(cache=True, nogil=True)
-    def counts(prompt, response, starts, sizes, limited, concurrency):
-        """Prompt sum, makespan and response sum of every chunk, in one pass."""
-        num_chunks = len(sizes)
-        prompt_sum = np.zeros(num_chunks, dtype=np.int64)
-        makespan = np.zeros(num_chunks, dtype=np.int64)
-        response_sum = np.zeros(num_chunks, dtype=np.int64)
-        heap = np.empty(max(concurrency, 1), dtype=np.int64)
-        for c in range(num_chunks):
-            lo = starts[c]
-            hi = lo + sizes[c]
-            total_prompt = 0
-            total_response = 0
-            for j in range(lo, hi):
-                total_prompt += prompt[j]
-                total_response += response[j]
-            prompt_sum[c] = total_prompt
-            response_sum[c] = total_response
-            if not limited or sizes[c] <= concurrency:
-                longest = 0
-                for j in range(lo, hi):
-                    longest = max(longest, response[j])
-                makespan[c] = longest
-                continue
-            for k in range(concurrency):
-                heap[k] = response[lo + k]
-            heap[:concurrency].sort()  # a sorted array is a valid min-heap
-            for j in range(lo + concurrency, hi):
-                heap[0] += response[j]  # the earliest-free slot takes the next sample
-                sift_down(heap, concurrency)
-            longest = 0
-            for k in range(concurrency):
-                longest = max(longest, heap[k])
-            makespan[c] = longest
-        return prompt_sum, makespan, response_sum
-
-    return counts
+    return rollout_numba.counts

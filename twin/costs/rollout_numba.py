@@ -1,0 +1,70 @@
+"""The numba kernel of `rollout_kernels`: per-chunk counts in one compiled pass.
+
+Kept in its own module, at module level, so that numba's on-disk cache (`cache=True`) finds it
+again in the next process: only the first run on a machine pays the compilation. Importing this
+module imports numba; `rollout_kernels` does so lazily and falls back to numpy without it.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def sift_down(heap: np.ndarray, size: int) -> None:
+    """Restore the min-heap property after the root grew."""
+    i = 0
+    item = heap[0]
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= item:
+            break
+        heap[i] = heap[child]
+        i = child
+    heap[i] = item
+
+
+@numba.njit(cache=True, nogil=True)
+def counts(prompt, response, starts, sizes, limited, concurrency):
+    """Prompt sum, makespan and response sum of every chunk.
+
+    The makespan is FIFO list scheduling of the chunk's response lengths on `concurrency` slots:
+    a min-heap of slot finish times whose root (the earliest-free slot) takes each next sample.
+    """
+    num_chunks = len(sizes)
+    prompt_sum = np.zeros(num_chunks, dtype=np.int64)
+    makespan = np.zeros(num_chunks, dtype=np.int64)
+    response_sum = np.zeros(num_chunks, dtype=np.int64)
+    heap = np.empty(max(concurrency, 1), dtype=np.int64)
+    for c in range(num_chunks):
+        lo = starts[c]
+        hi = lo + sizes[c]
+        total_prompt = 0
+        total_response = 0
+        for j in range(lo, hi):
+            total_prompt += prompt[j]
+            total_response += response[j]
+        prompt_sum[c] = total_prompt
+        response_sum[c] = total_response
+        if not limited or sizes[c] <= concurrency:
+            longest = 0
+            for j in range(lo, hi):
+                longest = max(longest, response[j])
+            makespan[c] = longest
+            continue
+        for k in range(concurrency):
+            heap[k] = response[lo + k]
+        heap[:concurrency].sort()  # a sorted array is a valid min-heap
+        for j in range(lo + concurrency, hi):
+            heap[0] += response[j]
+            sift_down(heap, concurrency)
+        longest = 0
+        for k in range(concurrency):
+            longest = max(longest, heap[k])
+        makespan[c] = longest
+    return prompt_sum, makespan, response_sum
