@@ -48,13 +48,19 @@ def run(
     ),
     steps: int | None = typer.Option(None, "--steps", min=1, help="Override the step count."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="Override the workload seed."),
+    address: str | None = typer.Option(
+        None, "--address", help="live: Ray cluster to join (default: a local one on loopback)."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="live: continue the run in --out from its last checkpoint."
+    ),
 ) -> None:
     if mode is Mode.SIM:
         _run_sim(config or "example", policy, costs, out, trace, steps, seed)
     elif mode is Mode.REPLAY:
         _run_replay(config, policy, costs, out, trace)
     else:
-        _run_live(config or "example", costs, out, steps, seed)
+        _run_live(config, policy, costs, out, steps, seed, address, resume)
 
 
 def _not_available(mode: Mode) -> None:
@@ -120,10 +126,11 @@ def _run_replay(config, policy, costs, out, trace) -> None:
     except ImportError:
         _not_available(Mode.REPLAY)
     from dynaresize.commands.table import print_table
+    from dynaresize.twin.config import ConfigError
 
     with user_errors(str(trace) if trace else None):
         if trace is None:
-            raise ValueError("--mode replay needs --trace FILE (a recorded trace or a log)")
+            raise ConfigError("--mode replay needs --trace FILE (a recorded trace or a log)")
         result = run_replay(
             trace=trace,
             config=config,
@@ -138,7 +145,7 @@ def _run_replay(config, policy, costs, out, trace) -> None:
         print(f"wrote {out}")
 
 
-def _run_live(config, costs, out, steps, seed) -> None:
+def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
     try:
         from dynaresize.executor.driver import run_live
     except ImportError:
@@ -147,9 +154,38 @@ def _run_live(config, costs, out, steps, seed) -> None:
     from dynaresize.twin.sim_run import default_out_dir
 
     with user_errors(config):
-        run_config = load_run_config(config, overrides=_overrides(steps, seed))
+        if config is None:
+            raise ValueError("--mode live needs --config FILE with a `live:` section")
+        if resume and out is None:
+            raise ValueError("--resume needs --out, the folder of the run to continue")
+        if len(policy) > 1:
+            raise ValueError("--mode live runs one policy; give --policy once")
+        live_overrides: dict = {}
+        if steps is not None:
+            live_overrides["num_steps"] = steps
+        if seed is not None:
+            live_overrides["seed"] = seed
+        if policy:
+            from dynaresize.policies.registry import parse_policy_spec
+
+            live_overrides["policy"] = parse_policy_spec(policy[0]).model_dump(mode="json")
+        overrides = _overrides(steps, seed)
+        if live_overrides:
+            overrides["live"] = live_overrides
+        run_config = load_run_config(config, overrides=overrides)
+        if run_config.live is None:
+            raise ValueError(f"{config}: --mode live needs a `live:` section in the config")
         destination = out or default_out_dir(run_config.output.runs_dir)
-        result = run_live(run_config, out_dir=destination, costs=costs)
+        from dynaresize.executor.runtime import WorkerLostError
+
+        try:
+            result = run_live(
+                run_config, address=address, out_dir=destination, resume=resume, costs=costs
+            )
+        except WorkerLostError as err:
+            print(f"error: {err}", file=sys.stderr)
+            print(f"records and last checkpoint kept in {destination}; continue with --resume")
+            raise typer.Exit(1) from None
     print(
         f"live run: {result.steps_completed} steps, {result.num_resizes} resizes, "
         f"{result.total_s:.1f} s, final split {result.final_allocation}"

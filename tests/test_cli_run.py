@@ -1,0 +1,196 @@
+"""`dynaresize run --mode sim` end to end: the files it writes, their contents, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
+from twin_scenarios import raw
+from typer.testing import CliRunner
+
+from dynaresize.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["run", *args])
+
+
+@pytest.fixture(scope="module")
+def example_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "run"
+    result = invoke("--mode", "sim", "--config", "example", "--steps", "70", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_example_writes_every_file_with_consistent_contents(example_run):
+    out, output = example_run
+    for name in (
+        "config.json",
+        "steps.parquet",
+        "resizes.parquet",
+        "decisions.parquet",
+        "summary.json",
+        "timeline.png",
+        "comparison.csv",
+    ):
+        assert (out / name).is_file(), name
+    config = json.loads((out / "config.json").read_text())
+    assert config["simulation"]["num_steps"] == 70
+    assert [p["kind"] for p in config["policies"]] == ["hysteresis", "greedy"]
+    assert config["cluster"]["candidate_topologies"][0] == {"train_gpus": 6, "rollout_gpus": 2}
+
+    steps = pd.read_parquet(out / "steps.parquet")
+    assert list(steps.columns) == list(StepRecord.model_fields)
+    assert len(steps) == 70
+    assert list(pd.read_parquet(out / "resizes.parquet").columns) == list(
+        ResizePhaseRecord.model_fields
+    )
+    decisions = pd.read_parquet(out / "decisions.parquet")
+    assert list(decisions.columns) == list(DecisionRecord.model_fields)
+    assert set(decisions["policy"]) == {"hysteresis"}
+
+    summary = json.loads((out / "summary.json").read_text())
+    first = summary["policies"]["hysteresis"]
+    assert first["total_s"] == pytest.approx(steps["end_s"].iloc[-1])
+    assert first["num_steps"] == 70
+    statics = {row["allocation"]: row["total_s"] for row in summary["static_splits"]}
+    assert summary["best_static_allocation"] == min(statics, key=statics.get)
+    assert first["speedup_vs_best_static"] == pytest.approx(
+        min(statics.values()) / first["total_s"]
+    )
+
+    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for policy in ("hysteresis", "greedy"):
+        assert (out / "policies" / policy / "steps.parquet").is_file()
+    for words in ("hysteresis", "greedy", "static 6:2", "(best)", "thrash"):
+        assert words in output
+
+
+def test_policies_from_the_command_line_replace_the_config(tmp_path):
+    out = tmp_path / "r"
+    result = invoke(
+        "--config",
+        "example",
+        "--steps",
+        "20",
+        "--out",
+        str(out),
+        "--policy",
+        "static",
+        "--policy",
+        "hysteresis:cooldown_steps=3",
+    )
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert [p["kind"] for p in config["policies"]] == ["static", "hysteresis"]
+    assert config["policies"][1]["cooldown_steps"] == 3
+    table = pd.read_csv(out / "comparison.csv")
+    static_row = table[table["name"] == "static"].iloc[0]
+    split_row = table[table["name"].str.startswith("static 6:2")].iloc[0]
+    assert static_row["total_s"] == pytest.approx(split_row["total_s"], rel=1e-9)
+
+
+def test_costs_file_changes_the_run_and_marks_it_calibrated(tmp_path):
+    costs = tmp_path / "costs.yaml"
+    costs.write_text("train: {fixed_overhead_s: 30.0}\n")
+    out = tmp_path / "r"
+    result = invoke(
+        "--config",
+        "example",
+        "--steps",
+        "10",
+        "--policy",
+        "greedy",
+        "--costs",
+        str(costs),
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["costs"]["train"]["fixed_overhead_s"] == 30.0
+    assert set(pd.read_parquet(out / "decisions.parquet")["cost_source"]) == {"calibrated"}
+    assert (pd.read_parquet(out / "steps.parquet")["train_s"] > 30.0).all()
+
+
+def bad_config(tmp_path, **override):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw(**override)))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("make_args", "words"),
+    [
+        (lambda t: ["--config", str(t / "missing.yaml")], ["missing.yaml"]),
+        (lambda t: ["--config", "example", "--policy", "telepathy"], ["telepathy"]),
+        (
+            lambda t: ["--config", bad_config(t, cluster={"candidate_topologies": ["6:2", "7:2"]})],
+            ["7:2", "9 GPUs"],
+        ),
+        (
+            lambda t: [
+                "--config",
+                bad_config(
+                    t,
+                    cluster={
+                        "rollout_tensor_parallel_size": 2,
+                        "candidate_topologies": ["6:2", "5:3"],
+                    },
+                ),
+            ],
+            ["5:3", "divisible"],
+        ),
+        (
+            lambda t: [
+                "--config",
+                bad_config(
+                    t, model={"num_params_b": 20}, cluster={"candidate_topologies": ["6:2", "2:6"]}
+                ),
+            ],
+            ["candidate 2:6", "GB"],
+        ),
+        (
+            lambda t: [
+                "--config",
+                bad_config(t, costs={"train": {"fixed_overhead_s": float("nan")}}),
+            ],
+            ["costs.train.fixed_overhead_s"],
+        ),
+        (
+            lambda t: ["--config", bad_config(t, simulation={"num_steps": -4})],
+            ["simulation.num_steps"],
+        ),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_no_output_folder(tmp_path, make_args, words):
+    out = tmp_path / "out"
+    result = invoke("--mode", "sim", *make_args(tmp_path), "--out", str(out))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert "Traceback" not in result.output
+    for word in words:
+        assert word in lines[0]
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("cluster:\n  gpus_per_node: [8\nmodel: {}\n")
+    result = invoke("--config", str(path), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert "broken.yaml" in result.output and "line" in result.output
+
+
+def test_replay_without_trace_is_an_input_error(tmp_path):
+    result = invoke("--mode", "replay", "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2
+    assert "--trace" in result.output
