@@ -172,8 +172,10 @@ class RepeatTask:
 
     def score(self, item: TaskItem, response_token_ids: list[int] | tuple[int, ...]) -> Score:
         """Reward in [0, 1]: 1 exactly when the response is the letter `count` times followed by
-        end-of-sequence. Otherwise (share of response characters equal to the letter) x
-        (shorter / longer of response length and count), halved when the response never ended."""
+        end-of-sequence. Otherwise half the share of response characters equal to the letter
+        plus, if the response ended, half of (shorter / longer of response length and count):
+        the two skills (copy the letter, stop at the right length) are rewarded separately so
+        that a small model gets a signal for each from the first steps."""
         ids = list(response_token_ids)
         ended = TOKENIZER.eos_token_id in ids
         body = ids[: ids.index(TOKENIZER.eos_token_id)] if ended else ids
@@ -184,5 +186,6 @@ class RepeatTask:
         letter_share = matching / len(body)
         length_ratio = min(len(body), item.count) / max(len(body), item.count)
         correct = ended and matching == len(body) == item.count
-        reward = 1.0 if correct else letter_share * length_ratio * (1.0 if ended else 0.5)
+        length_score = length_ratio if ended else 0.0
+        reward = 1.0 if correct else 0.5 * letter_share + 0.5 * length_score
         return Score(reward=reward, correct=correct)

@@ -1,0 +1,210 @@
+"""GRPO: group-relative advantages and the clipped-ratio policy loss, as pure functions.
+
+Nothing here steps an optimizer or talks to other ranks. A data-parallel trainer calls
+`compute_loss` on its micro-batch with `num_tokens_total` set to the response tokens of the whole
+global batch, sums gradients across ranks, and steps; the result is the same as one process
+computing the loss over the global batch, whatever the split (up to reduction order).
+
+Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `token-mean`):
+    ratio_t   = exp(logp_t - old_logp_t)
+    policy_t  = -min(ratio_t * A, clip(ratio_t, 1 - eps_low, 1 + eps_high) * A)
+    kl_t      = exp(ref_t - logp_t) - (ref_t - logp_t) - 1        (the k3 estimator)
+    loss      = sum_t (policy_t + kl_coef * kl_t) / num_tokens_total
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class GRPOConfig(BaseModel):
+    """The objective and optimizer settings of a GRPO update."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    clip_eps_low: float = Field(default=0.2, ge=0, description="Lower clip: ratio >= 1 - this.")
+    clip_eps_high: float = Field(default=0.2, ge=0, description="Upper clip: ratio <= 1 + this.")
+    kl_coef: float = Field(default=0.0, ge=0, description="Weight of the KL to the reference.")
+    normalize_advantage_std: bool = Field(
+        default=True, description="Divide advantages by the group's reward standard deviation."
+    )
+    advantage_eps: float = Field(
+        default=1e-6, gt=0, description="Added to the group std before dividing."
+    )
+    learning_rate: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="AdamW beta1.")
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="AdamW beta2.")
+    max_grad_norm: float | None = Field(
+        default=1.0, gt=0, description="Clip the global gradient norm to this; None: no clipping."
+    )
+
+
+@dataclass
+class TrainBatch:
+    """Token tensors of one (micro-)batch of samples, each row a prompt followed by a response.
+
+    `response_mask[i, t]` is 1 where token t of row i is a response token (its log-probability
+    is trained); `advantages[i]` is the sample's advantage; `old_logprobs` (and `ref_logprobs`
+    when a KL term is used) are per token, aligned with `input_ids`, 0 outside the response.
+    """
+
+    input_ids: torch.Tensor  # [rows, T] int64, right-padded
+    attention_mask: torch.Tensor  # [rows, T] 1 for real tokens
+    response_mask: torch.Tensor  # [rows, T] float, 1 for response tokens
+    advantages: torch.Tensor  # [rows] float
+    old_logprobs: torch.Tensor | None = None  # [rows, T]
+    ref_logprobs: torch.Tensor | None = None  # [rows, T]
+
+    @property
+    def num_response_tokens(self) -> int:
+        return int(self.response_mask.sum().item())
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor.to(device)
+
+        return TrainBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            response_mask=self.response_mask.to(device),
+            advantages=self.advantages.to(device),
+            old_logprobs=move(self.old_logprobs),
+            ref_logprobs=move(self.ref_logprobs),
+        )
+
+    def select(self, rows: slice | torch.Tensor) -> TrainBatch:
+        """The micro-batch of the given rows."""
+
+        def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor[rows]
+
+        return TrainBatch(
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            response_mask=self.response_mask[rows],
+            advantages=self.advantages[rows],
+            old_logprobs=pick(self.old_logprobs),
+            ref_logprobs=pick(self.ref_logprobs),
+        )
+
+
+def group_advantages(
+    rewards: torch.Tensor, *, normalize_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """Advantages for rewards [num_prompts, num_samples]: each reward minus its group's mean,
+    divided by the group's (unbiased) std plus eps when normalize_std. A group whose samples all
+    got the same reward gets zero advantage: it carries no signal about which sample was better."""
+    if rewards.ndim != 2:
+        raise ValueError(f"rewards must be [num_prompts, num_samples], got {tuple(rewards.shape)}")
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if not normalize_std:
+        return centred
+    if rewards.shape[1] < 2:
+        raise ValueError("normalising by the group std needs at least 2 samples per prompt")
+    return centred / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def token_logprobs(model: torch.nn.Module, batch: TrainBatch) -> torch.Tensor:
+    """log p(token_t | tokens_<t) for every position t >= 1 ([rows, T], 0 at t = 0), in float32."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    picked = logprobs.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return torch.nn.functional.pad(picked, (1, 0))
+
+
+def clipped_policy_loss_terms(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_eps_low: float,
+    clip_eps_high: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token clipped surrogate loss [rows, T] and a 0/1 tensor of where clipping was active."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages.unsqueeze(-1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps_low, 1.0 + clip_eps_high) * adv
+    return -torch.minimum(unclipped, clipped), (clipped < unclipped).float()
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || reference): non-negative, unbiased."""
+    log_ratio = ref_logprobs - logprobs
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+@dataclass
+class LossOutput:
+    loss: torch.Tensor  # scalar, differentiable
+    policy_loss: float
+    kl: float
+    clip_fraction: float
+    num_tokens: int
+
+
+def compute_loss(
+    model: torch.nn.Module,
+    batch: TrainBatch,
+    config: GRPOConfig,
+    *,
+    num_tokens_total: int | None = None,
+) -> LossOutput:
+    """The GRPO loss of `batch`, normalised by `num_tokens_total` response tokens (the batch's own
+    when None). Needs `batch.old_logprobs` (see `token_logprobs`), and `batch.ref_logprobs` when
+    `config.kl_coef > 0`."""
+    if batch.old_logprobs is None:
+        raise ValueError("batch.old_logprobs is missing: compute them with token_logprobs first")
+    if config.kl_coef > 0 and batch.ref_logprobs is None:
+        raise ValueError("kl_coef > 0 but batch.ref_logprobs is missing")
+    mask = batch.response_mask.float()
+    normaliser = float(num_tokens_total or max(batch.num_response_tokens, 1))
+    logprobs = token_logprobs(model, batch)
+    policy, clipped = clipped_policy_loss_terms(
+        logprobs,
+        batch.old_logprobs,
+        batch.advantages,
+        clip_eps_low=config.clip_eps_low,
+        clip_eps_high=config.clip_eps_high,
+    )
+    policy_sum = (policy * mask).sum()
+    loss = policy_sum / normaliser
+    kl_value = 0.0
+    if config.kl_coef > 0:
+        kl_sum = (kl_k3(logprobs, batch.ref_logprobs) * mask).sum()
+        loss = loss + config.kl_coef * kl_sum / normaliser
+        kl_value = kl_sum.item() / normaliser
+    return LossOutput(
+        loss=loss,
+        policy_loss=policy_sum.item() / normaliser,
+        kl=kl_value,
+        clip_fraction=(clipped * mask).sum().item() / normaliser,
+        num_tokens=batch.num_response_tokens,
+    )
+
+
+def build_optimizer(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=config.learning_rate,
+        betas=(config.adam_beta1, config.adam_beta2),
+        weight_decay=config.weight_decay,
+    )
+
+
+def optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: GRPOConfig
+) -> float:
+    """Clip gradients (if configured), step and zero them; returns the pre-clip grad norm."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if config.max_grad_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
