@@ -181,13 +181,13 @@ PRESETS: dict[str, WorkloadConfig] = {
         name="high_variance",
         samples_per_step=256,
         components=[
-            _short_qa(0.7),
+            _short_qa(0.75),
             LengthComponent(
                 name="long_reasoning",
-                weight=0.3,
+                weight=0.25,
                 distribution=LengthDistribution.PARETO,
-                median_tokens=2500,
-                tail_index=1.2,
+                median_tokens=1500,
+                tail_index=1.8,
             ),
         ],
         max_response_tokens=16384,
