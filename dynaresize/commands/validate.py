@@ -1,0 +1,44 @@
+"""`dynaresize validate`: replay a live run in the calibrated twin and report the twin's error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from dynaresize.commands.guard import user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "validate",
+        help="Replay a recorded run in the twin from its workload and decisions with fitted "
+        "costs; report per-step, total and resize critical-path errors.",
+    )(validate)
+
+
+def validate(
+    trace: Path = typer.Option(..., "--trace", help="The recorded run (a live run's trace)."),
+    costs: Path = typer.Option(
+        ..., "--costs", help="Fitted cost parameters (written by dynaresize calibrate)."
+    ),
+    config: str | None = typer.Option(
+        None, "--config", help="Scenario config or built-in name: candidates, model, links."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for validation.json, per_step.csv, resizes.csv, the plot."
+    ),
+    lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
+) -> None:
+    from dynaresize.twin.validate import run_validation
+
+    with user_errors():
+        report = run_validation(
+            trace=trace, costs=costs, config=config, out_dir=out, lenient=lenient
+        )
+    for line in report.summary_lines():
+        print(line)
+    for note in report.notes:
+        print(f"note: {note}")
+    if out is not None:
+        print(f"wrote {out}")
