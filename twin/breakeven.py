@@ -388,8 +388,11 @@ def breakeven_for_trace(
     from .costs.resize import plan_resize
     from .fit import fit_costs
     from .step_costs import compute_step_costs, steady_step_s
+    from .trace_source import trace_workload
 
     notes = list(context.assumptions) + list(trace.meta.notes)
+    workload, inferred = trace_workload(trace)
+    notes += inferred
     fit = None
     costs = context.costs
     if fit_to_trace:
@@ -399,12 +402,12 @@ def breakeven_for_trace(
             model=context.model,
             rollout_tp_size=context.rollout_tp_size,
             sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+            workloads=[workload],
         )
         costs = fit.costs
-        notes += fit.notes
     scenario = context.scenario
     step_costs = compute_step_costs(
-        trace.to_workload(),
+        workload,
         cluster=scenario.cluster,
         model=scenario.model,
         costs=costs,

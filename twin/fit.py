@@ -37,6 +37,7 @@ from .costs.memory import ModelConfig
 from .costs.rollout import RolloutCostParams, replica_seconds
 from .costs.rollout_kernels import replica_counts
 from .costs.train import TrainCostParams, scaling_efficiency, train_stage_s
+from .trace_source import trace_workload
 
 DEFAULT_MODEL_PARAMS_B = 8.0
 """Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
@@ -157,18 +158,26 @@ def gather_inputs(
     model: ModelConfig | None = None,
     rollout_tp_size: int = 1,
     sync_bandwidth_gbps: float | None = None,
+    workloads: Sequence[Workload] | None = None,
 ) -> FitInputs:
-    """Steps and workloads of every trace, with the model and links taken from config or trace."""
+    """Steps and workloads of every trace, with the model and links taken from config or trace.
+
+    `workloads`, one per trace, saves rebuilding them when the caller already has them.
+    """
     if not traces:
         raise FitError("no trace to fit")
     notes: list[str] = []
-    frames, workloads = [], []
+    frames, per_trace = [], []
     for i, trace in enumerate(traces):
         if len(trace.steps) == 0:
             raise FitError(f"trace {i + 1} ({trace.meta.source_path or 'in memory'}) has no steps")
         frames.append(trace.steps.assign(trace_index=i))
-        workloads.append(trace.to_workload())
-        notes += trace.workload_notes()
+        if workloads is None:
+            workload, inferred = trace_workload(trace)
+            per_trace.append(workload)
+            notes += inferred
+    if workloads is not None:
+        per_trace = list(workloads)
     if model is None:
         known = {t.meta.model_params_b for t in traces if t.meta.model_params_b}
         if len(known) > 1:
@@ -186,7 +195,7 @@ def gather_inputs(
         )
     return FitInputs(
         steps=pd.concat(frames, ignore_index=True),
-        workload=concat_workloads(workloads, "fit"),
+        workload=concat_workloads(per_trace, "fit"),
         model=model,
         rollout_tp_size=rollout_tp_size,
         sync_bandwidth_gbps=sync_bandwidth_gbps,
@@ -473,6 +482,7 @@ def fit_costs(
     rollout_tp_size: int = 1,
     sync_bandwidth_gbps: float | None = None,
     extra_fitters: Sequence[StageFitter] = (),
+    workloads: Sequence[Workload] | None = None,
 ) -> CostFit:
     """Fit every stage's parameters to the traces; the result's costs are marked calibrated."""
     inputs = gather_inputs(
@@ -480,6 +490,7 @@ def fit_costs(
         model=model,
         rollout_tp_size=rollout_tp_size,
         sync_bandwidth_gbps=sync_bandwidth_gbps,
+        workloads=workloads,
     )
     costs = base or CostModels()
     stages = []

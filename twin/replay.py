@@ -34,7 +34,7 @@ from .config import ConfigError
 from .fit import CostFit, fit_costs, fitted_overrides
 from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimResult, build_context, simulate
-from .trace_source import open_trace, trace_notes
+from .trace_source import open_trace, trace_notes, trace_workload
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"
@@ -153,6 +153,8 @@ def replay_trace(
             f"the trace ran on {', '.join(missing)}, not among the candidate splits "
             f"({', '.join(sorted(candidates))}): add them to cluster.candidate_topologies"
         )
+    workload, inferred = trace_workload(trace)
+    notes += inferred
     fit = None
     costs = context.costs
     if fit_to_trace:
@@ -162,13 +164,13 @@ def replay_trace(
             model=context.model,
             rollout_tp_size=context.rollout_tp_size,
             sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+            workloads=[workload],
         )
         costs = fit.costs
         notes += fit.notes
     scenario = context.scenario_for_steps(len(steps))
     cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
     scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
-    workload = trace.to_workload()
     sim_context = build_context(scenario, workload=workload, costs=costs)
 
     predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)

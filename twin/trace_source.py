@@ -11,7 +11,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..traces.io import Trace, read_trace
+from ..traces.workload import Workload
+from ..traces.workload_inference import infer_workload
 
 
 def open_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
@@ -35,3 +39,35 @@ def trace_notes(trace: Trace) -> list[str]:
     if trace.skipped:
         notes.append(trace.skipped_summary())
     return notes
+
+
+def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
+    """The trace's per-sample workload and what had to be inferred for it, computed once.
+
+    When every step has sample records (and no sample belongs to a step the trace lacks), the
+    workload is assembled column-wise; otherwise the traces package's inference fills the gaps
+    and says how.
+    """
+    steps = trace.steps["step"].to_numpy(np.int64)
+    samples = trace.samples
+    if len(samples) and len(steps) and np.all(np.diff(steps) > 0):
+        sample_step = samples["step"].to_numpy(np.int64)
+        order = np.lexsort((samples["sample_index"].to_numpy(np.int64), sample_step))
+        sorted_steps = sample_step[order]
+        lo = np.searchsorted(sorted_steps, steps, side="left")
+        hi = np.searchsorted(sorted_steps, steps, side="right")
+        if np.all(hi > lo) and int((hi - lo).sum()) == len(sample_step):
+            workload = Workload(
+                samples["prompt_tokens"].to_numpy(np.int64)[order],
+                samples["response_tokens"].to_numpy(np.int64)[order],
+                np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64),
+                name=_trace_name(trace),
+            )
+            return workload, []
+    inferred = infer_workload(trace.steps, samples, name=_trace_name(trace))
+    return inferred.workload, inferred.notes
+
+
+def _trace_name(trace: Trace) -> str:
+    meta = trace.meta
+    return Path(meta.source_path).stem if meta.source_path else meta.source
