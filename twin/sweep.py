@@ -356,11 +356,16 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
 
 
 def _load_config(config: ScenarioConfig | str | os.PathLike) -> ScenarioConfig:
-    if isinstance(config, ScenarioConfig):
-        return config
-    from .config import load_config
+    """A scenario from a built-in name or YAML path; run-only settings (a `dynaresize run`
+    config's live and output sections) are dropped, as a twin run has no use for them."""
+    if not isinstance(config, ScenarioConfig):
+        from .analysis_context import load_scenario
 
-    return load_config(config)
+        config = load_scenario(str(config))
+    if type(config) is ScenarioConfig:
+        return config
+    fields = set(ScenarioConfig.model_fields)
+    return ScenarioConfig.model_validate(config.model_dump(mode="json", include=fields))
 
 
 def _with_costs(config: ScenarioConfig, costs: Any) -> ScenarioConfig:

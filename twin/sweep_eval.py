@@ -49,9 +49,10 @@ class BaselineTask:
 
 @functools.lru_cache(maxsize=4)
 def _trace_workload(trace_path: str) -> Workload:
-    from .trace_source import open_trace
+    from .trace_source import open_trace, trace_workload
 
-    return open_trace(trace_path).to_workload()
+    workload, _notes = trace_workload(open_trace(trace_path))
+    return workload
 
 
 def trace_num_steps(trace_path: str) -> int:

@@ -58,7 +58,7 @@ def sweep(
     target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     with user_errors(config):
         table = run_sweep(
-            _resolve_config(config),
+            config,
             params=param,
             random=random,
             sample_seed=sample_seed,
@@ -77,19 +77,6 @@ def sweep(
         print(f"... {len(summary) - SUMMARY_ROWS} more settings in {target / 'results.parquet'}")
     figure_path = _save_figure(table, target, _title(config, table))
     print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure_path}")
-
-
-def _resolve_config(name: str):
-    """A YAML path, or the name of a config shipped in dynaresize/configs."""
-    from dynaresize.twin.config import ConfigError, load_config
-
-    path = Path(name)
-    if path.exists():
-        return load_config(path)
-    shipped = Path(__file__).resolve().parent.parent / "configs" / f"{name}.yaml"
-    if shipped.exists():
-        return load_config(shipped)
-    raise ConfigError(f"{name}: no such config file or built-in config")
 
 
 def _title(config: str, table) -> str:

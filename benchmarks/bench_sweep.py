@@ -1,0 +1,120 @@
+"""The named benchmark sweep: 1,008 twin runs of 500 steps each, timed with 1 and N processes.
+
+One workload (`growing_lengths`, 256 samples per step, on the 8-GPU, 8B-model cluster below),
+the hysteresis controller over a grid of cooldown (7 values) x up threshold (12) x down threshold
+(4) = 336 points, times 3 seeds. Each measurement starts from an empty output folder, so nothing
+is resumed: it pays the baselines (3: one per seed), every run, writing the Parquet table and
+the worker start-up. Target: at most 120 s on a 2-core machine; throughput should grow with the
+number of processes.
+
+    python benchmarks/bench_sweep.py [--jobs 1 2] [--steps 500]
+
+Prints the figures and writes benchmarks/results/sweep.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from dynaresize.twin.config import ScenarioConfig
+from dynaresize.twin.sweep import run_sweep
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_S = 120.0
+SCENARIO = {
+    "name": "bench-sweep",
+    "cluster": {
+        "gpus_per_node": 8,
+        "intra_node_bandwidth_gbps": 300,
+        "gpu_memory_gb": 96,
+        "candidate_topologies": ["6:2", "5:3", "4:4", "3:5"],
+        "initial_allocation": "6:2",
+    },
+    "model": {"num_params_b": 8},
+    "workload": "growing_lengths",
+    "policies": [{"kind": "hysteresis"}],
+}
+PARAMS = [
+    "policy.cooldown_steps=0,2,5,8,12,16,24",
+    "policy.up_threshold=" + ",".join(f"{0.025 * i:.3f}" for i in range(1, 13)),
+    "policy.down_threshold=0.05,0.1,0.2,0.3",
+]
+NUM_SEEDS = 3
+
+
+def measure(config: ScenarioConfig, *, jobs: int) -> dict:
+    out = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
+    try:
+        start = time.perf_counter()
+        table = run_sweep(config, params=PARAMS, seeds=NUM_SEEDS, out=out, jobs=jobs)
+        wall_s = time.perf_counter() - start
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {
+        "jobs": jobs,
+        "runs": len(table),
+        "steps_per_run": int(table["num_steps"].iloc[0]),
+        "wall_s": round(wall_s, 2),
+        "runs_per_s": round(len(table) / wall_s, 2),
+        "within_target": wall_s <= TARGET_S,
+        "mean_resizes": round(float(table["num_resizes"].mean()), 2),
+        "table_digest": hashlib.sha256(table.to_csv().encode()).hexdigest()[:16],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    parser.add_argument("--steps", type=int, default=500)
+    args = parser.parse_args()
+    config = ScenarioConfig.model_validate({**SCENARIO, "simulation": {"num_steps": args.steps}})
+    rows = [measure(config, jobs=jobs) for jobs in args.jobs]
+    base = rows[0]["runs_per_s"]
+    for row in rows:
+        row["speedup_vs_first"] = round(row["runs_per_s"] / base, 2)
+        print(
+            f"jobs={row['jobs']}: {row['runs']} runs x {row['steps_per_run']} steps in "
+            f"{row['wall_s']} s ({row['runs_per_s']} runs/s, x{row['speedup_vs_first']}); "
+            f"table {row['table_digest']}"
+        )
+    identical = len({r["table_digest"] for r in rows}) == 1
+    print(f"identical tables across process counts: {identical}")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    record = {
+        "benchmark": "sweep",
+        "machine": machine,
+        "params": PARAMS,
+        "seeds": NUM_SEEDS,
+        "target_s": TARGET_S,
+        "identical_tables": identical,
+        "results": rows,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "sweep.json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [
+        f"Benchmark sweep: {rows[0]['runs']} runs of {rows[0]['steps_per_run']} steps "
+        f"(one workload, cooldown x up x down threshold grid, {NUM_SEEDS} seeds), {machine}; "
+        f"target {TARGET_S:.0f} s",
+        "",
+        "| processes | wall (s) | runs/s | speedup | within target |",
+        "| ---: | ---: | ---: | ---: | :---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['jobs']} | {r['wall_s']} | {r['runs_per_s']} | {r['speedup_vs_first']} | "
+            f"{'yes' if r['within_target'] else 'no'} |"
+        )
+    lines += ["", f"Identical tables across process counts: {'yes' if identical else 'no'}."]
+    (RESULTS / "sweep.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
