@@ -266,6 +266,11 @@ class RLLoop:
         self.policy_version = 0
 
     def step(self, step: int) -> StepMetrics:
+        batch, metrics = self.rollout_and_train(step)
+        return summarise(batch, metrics, max_new_tokens=self.config.max_new_tokens)
+
+    def rollout_and_train(self, step: int) -> tuple[RolloutBatch, TrainMetrics]:
+        """Generate step `step`'s batch with the current weights, then train on it."""
         batch = build_rollout_batch(
             engine=self.engine,
             task=self.task,
@@ -284,7 +289,7 @@ class RLLoop:
             reference=self.reference,
         )
         self.policy_version += 1
-        return summarise(batch, metrics, max_new_tokens=self.config.max_new_tokens)
+        return batch, metrics
 
     def run(self, *, on_step: Callable[[StepMetrics], None] | None = None) -> list[StepMetrics]:
         history = []

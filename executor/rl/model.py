@@ -154,8 +154,7 @@ def build_model(spec: ModelSpec, *, device: str | torch.device = "cpu") -> PreTr
         return model.to(device).eval()
     config = spec.hf_config()
     config._attn_implementation = spec.attn_implementation
-    fork_devices = [device] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=fork_devices):
+    with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU generator
         torch.manual_seed(spec.init_seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     return model.to(device=device, dtype=spec.dtype.torch_dtype).eval()
