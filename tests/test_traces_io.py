@@ -359,3 +359,14 @@ def test_workload_without_samples_says_what_it_inferred():
         assert math.isclose(responses.mean(), 800.5, rel_tol=0.01)
         assert responses.max() <= 2000
         assert abs(prompts.sum() + responses.sum() - trace.steps["tokens"][k]) <= 4
+
+
+def test_schema_doc_lists_every_field():
+    from pathlib import Path
+
+    from dynaresize.traces.schema import RunMeta
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "trace-schema.md").read_text()
+    for model in [*TABLES.values(), RunMeta]:
+        for name in model.model_fields:
+            assert f"| `{name}` |" in doc, f"{model.__name__}.{name} is not documented"

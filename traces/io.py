@@ -23,6 +23,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -166,22 +167,19 @@ def _write_jsonl_body(f, trace: Trace) -> None:
 def _rows(df: pd.DataFrame, model: type[BaseModel]):
     """Rows of a validated frame as plain-Python dicts (None for nulls)."""
     specs = column_specs(model)
-    columns = [[_plain(v, s.kind) for v in df[s.name].tolist()] for s in specs]
+    columns = [_plain_column(df[s.name], s.kind) for s in specs]
     names = [s.name for s in specs]
     for values in zip(*columns, strict=True):
         yield dict(zip(names, values, strict=True))
 
 
-def _plain(value: object, kind: ColumnKind) -> object:
-    if value is None or value is pd.NA:
-        return None
-    if kind is ColumnKind.FLOAT:
-        return None if np.isnan(value) else float(value)
-    if kind is ColumnKind.INT:
-        return int(value)
+def _plain_column(col: pd.Series, kind: ColumnKind) -> list:
+    """A column as Python values, nulls as None, converted in bulk rather than per value."""
     if kind is ColumnKind.ROLES:
-        return [str(x) for x in value]
-    return value
+        return [[str(x) for x in v] for v in col.tolist()]
+    if not col.isna().any():
+        return col.to_numpy().tolist()
+    return col.astype(object).where(col.notna(), None).tolist()
 
 
 def _json_line(obj: dict) -> str:
@@ -206,8 +204,7 @@ def _write_parquet_dir(directory: Path, trace: Trace) -> None:
         arrays = {}
         schema = _arrow_schema(model)
         for spec, fld in zip(column_specs(model), schema, strict=True):
-            values = [_plain(v, spec.kind) for v in df[spec.name].tolist()]
-            arrays[spec.name] = pa.array(values, type=fld.type)
+            arrays[spec.name] = pa.array(_plain_column(df[spec.name], spec.kind), type=fld.type)
         pq.write_table(pa.table(arrays, schema=schema), directory / f"{table}.parquet")
 
 
@@ -448,16 +445,22 @@ def _parse_json_line(raw_line: bytes) -> dict | str:
     return obj
 
 
-def _key_problem(obj: dict, model: type[BaseModel]) -> tuple[str, str] | None:
+@cache
+def _key_sets(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
     specs = column_specs(model)
-    names = {s.name for s in specs}
+    return frozenset(s.name for s in specs), frozenset(s.name for s in specs if s.required)
+
+
+def _key_problem(obj: dict, model: type[BaseModel]) -> tuple[str, str] | None:
+    names, required = _key_sets(model)
+    keys = obj.keys()
+    if keys <= names and required <= keys:
+        return None
     for key in obj:
         if key not in names:
             return key, "unknown field"
-    for spec in specs:
-        if spec.required and spec.name not in obj:
-            return spec.name, "missing (required)"
-    return None
+    missing = sorted(required - keys)
+    return missing[0], "missing (required)"
 
 
 # --- appending, for live runs -------------------------------------------------------------

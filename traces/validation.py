@@ -190,7 +190,9 @@ def _check_numeric(
     problems: Problems,
 ) -> pd.Series:
     want_int = spec.kind is ColumnKind.INT
-    if values is not None:  # object column: every element must be a number (or null)
+    if values is not None and null.all():  # an optional column nobody filled
+        nums = np.full(len(col), np.nan)
+    elif values is not None:  # object column: every element must be a number (or null)
         ok = np.array([_is_number(v) or _is_null(v) for v in values], dtype=bool)
         label = "an integer" if want_int else "a number"
         problems.add(~ok, spec.name, lambda i: f"expected {label}, got {_describe(values[i])}")
@@ -237,24 +239,33 @@ def _check_numeric(
 
 
 def _check_roles(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series:
+    """Lists of role names. Role maps repeat from step to step, so each distinct one is checked
+    once; Parquet's arrays become plain lists."""
     valid = {r.value for r in Role}
     vals = col.to_numpy(dtype=object)
     out = np.empty(len(vals), dtype=object)
     bad = np.zeros(len(vals), dtype=bool)
-    reasons: dict[int, str] = {}
-    checked: dict[tuple, bool] = {}  # role maps repeat across steps; check each one once
+    checked: dict[tuple, bool] = {}
     for i, v in enumerate(vals):
-        items = tuple(v) if isinstance(v, list | tuple | np.ndarray) else None
-        ok = items is not None and checked.get(items)
-        if ok is None:
-            ok = checked[items] = all(isinstance(x, str) and x in valid for x in items)
-        if ok:
-            out[i] = list(items)
-        else:
+        if isinstance(v, np.ndarray):
+            v = v.tolist()
+        elif isinstance(v, tuple):
+            v = list(v)
+        if not isinstance(v, list):
             bad[i] = True
-            reasons[i] = f"expected a list of roles {sorted(valid)}, got {_describe(v)}"
             out[i] = []
-    problems.add(bad, spec.name, lambda i: reasons[i])
+            continue
+        key = tuple(v)
+        ok = checked.get(key)
+        if ok is None:
+            ok = checked[key] = all(isinstance(x, str) and x in valid for x in v)
+        bad[i] = not ok
+        out[i] = v if ok else []
+    problems.add(
+        bad,
+        spec.name,
+        lambda i: f"expected a list of roles {sorted(valid)}, got {_describe(vals[i])}",
+    )
     return pd.Series(out, index=col.index, dtype=object)
 
 
