@@ -165,3 +165,29 @@ def test_missing_columns_are_named(run):
     steps, _, _ = run
     with pytest.raises(ValueError, match="step_s"):
         plots.plot_timeline(steps.drop(columns=["step_s"]), title="broken")
+
+
+def test_breakeven_report_rows_are_drawn_as_they_are(tmp_path):
+    report_rows = pd.DataFrame(
+        {
+            "from_allocation": ["6:2", "6:2", "6:2"],
+            "to_allocation": ["4:4", "5:3", "7:1"],
+            "cost_s": [187.2, 187.2, 187.2],
+            "mean_saving_per_step_s": [15.91, 2.0, -3.0],
+            "steps": [187.2 / 15.91, 93.6, None],
+            "ci_low_steps": [10.0, 60.0, None],
+            "ci_high_steps": [13.0, None, None],
+            "confidence": [0.9, 0.9, 0.9],
+        }
+    )
+    converted = plots.transitions_from_breakeven(report_rows)
+    assert list(converted["transition"]) == ["6:2→4:4", "6:2→5:3", "6:2→7:1"]
+    # the short end of the break-even interval is the large saving, and the reverse
+    assert converted["saving_high_s"].iloc[0] == pytest.approx(18.72)
+    assert converted["saving_low_s"].iloc[0] == pytest.approx(187.2 / 13.0)
+    assert converted["saving_low_s"].iloc[1] == 0.0  # unbounded: the saving may vanish
+    assert np.isnan(converted["saving_low_s"].iloc[2])  # never pays: no band
+    fig = plots.plot_breakeven_curve(report_rows, title="from the report")
+    _saves_png(fig, tmp_path)
+    crossings = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_marker() == "o"]
+    assert crossings == pytest.approx([187.2 / 15.91, 93.6])

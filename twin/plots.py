@@ -370,6 +370,38 @@ def _axis_label(path: str) -> str:
     return path
 
 
+def _present(value: object) -> bool:
+    return value is not None and not pd.isna(value)
+
+
+def transitions_from_breakeven(frame: pd.DataFrame) -> pd.DataFrame:
+    """The break-even analysis's rows (from/to allocation, cost, mean saving, break-even
+    interval in steps) in the columns `plot_breakeven_curve` draws.
+
+    The interval's long end comes from the small saving and its short end from the large one;
+    an unbounded long end means the saving may vanish (0), and a move with no interval at all
+    (it never pays) gets no band.
+    """
+    needed = ["from_allocation", "to_allocation", "cost_s", "mean_saving_per_step_s"]
+    _require_columns(frame, needed, "break-even table")
+    rows = []
+    for row in frame.to_dict(orient="records"):
+        cost_s = float(row["cost_s"])
+        short, long = row.get("ci_low_steps"), row.get("ci_high_steps")
+        high = cost_s / float(short) if _present(short) else float("nan")
+        low = cost_s / float(long) if _present(long) else (0.0 if _present(short) else high)
+        rows.append(
+            {
+                "transition": f"{row['from_allocation']}→{row['to_allocation']}",
+                "resize_critical_s": cost_s,
+                "saving_per_step_s": float(row["mean_saving_per_step_s"]),
+                "saving_low_s": low,
+                "saving_high_s": high,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def plot_breakeven_curve(
     transitions: pd.DataFrame, *, title: str, max_steps: int | None = None
 ) -> Figure:
@@ -378,8 +410,11 @@ def plot_breakeven_curve(
 
     `transitions` has one row per candidate move with columns `transition` (a label such as
     `6:2→4:4`), `resize_critical_s` and `saving_per_step_s`; optional `saving_low_s` and
-    `saving_high_s` (a confidence interval of the saving) draw a band.
+    `saving_high_s` (a confidence interval of the saving) draw a band. The break-even analysis's
+    own table (`twin.breakeven.BreakevenReport.transitions_frame()`) is accepted as it is.
     """
+    if "mean_saving_per_step_s" in transitions.columns:
+        transitions = transitions_from_breakeven(transitions)
     _require_columns(
         transitions, ["transition", "resize_critical_s", "saving_per_step_s"], "transitions"
     )
@@ -390,7 +425,7 @@ def plot_breakeven_curve(
     if max_steps is None:
         max_steps = int(np.ceil(2.5 * breakevens.max())) if len(breakevens) else 50
     n = np.arange(0, max_steps + 1)
-    fig = _new_figure(width_in=9, height_in=5)
+    fig = _new_figure(width_in=9 if len(transitions) <= 3 else 12, height_in=5)
     ax = fig.subplots()
     for i, row in enumerate(transitions.itertuples(index=False)):
         color = f"C{i % 10}"
@@ -415,7 +450,10 @@ def plot_breakeven_curve(
     ax.set_xlabel("steps on the new allocation after the resize")
     ax.set_ylabel("net time saved (s)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    if len(transitions) > 3:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    else:
+        ax.legend(loc="upper left", fontsize=8)
     ax.set_title(title)
     return fig
 
