@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dynaresize.executor.config import LiveConfig
 from dynaresize.twin.config import (
     ConfigError,
     ScenarioConfig,
@@ -36,8 +37,7 @@ class OutputConfig(BaseModel):
 class RunConfig(ScenarioConfig):
     """A scenario plus the settings only a run needs."""
 
-    # The live-executor settings; executor/config.py's LiveConfig replaces this type.
-    live: dict[str, Any] | None = Field(
+    live: LiveConfig | None = Field(
         default=None, description="Live-executor settings (used by --mode live only)."
     )
     output: OutputConfig = Field(default_factory=OutputConfig, description="Output settings.")

@@ -194,7 +194,12 @@ class LiveConfig(BaseModel):
     def _model_spec_valid(cls, value: dict[str, Any]) -> dict[str, Any]:
         from pydantic import ValidationError
 
-        from .rl.model import ModelSpec  # imports torch: only a config with a live section does
+        try:
+            from .rl.model import ModelSpec  # imports torch: only a config with a live section
+        except ImportError as err:
+            raise ValueError(
+                f"a live run needs the `live` extra (torch, transformers): {err.name} is missing"
+            ) from None
 
         try:
             ModelSpec.model_validate(value)

@@ -50,6 +50,7 @@ from .trainer import TrainReport
 
 FAULT_FILE = "fault.json"
 WORKERS_FILE = "workers.json"
+SETUP_FILE = "setup.json"
 CONFIG_FILE = "config.json"
 
 
@@ -69,6 +70,8 @@ def live_section(config: Any) -> LiveConfig:
     """Accept a LiveConfig, or a run configuration that carries one under `live`."""
     if isinstance(config, LiveConfig):
         return config
+    if isinstance(config, dict):
+        return LiveConfig.model_validate(config.get("live", config))
     live = getattr(config, "live", None)
     if live is None:
         raise ValueError("live: the configuration has no `live` section for --mode live")
@@ -137,18 +140,17 @@ class LiveSession:
         self.measured_resize_s: list[float] = []
         self.num_resizes = restored.num_resizes if restored else 0
         self.steps_since_resize: int | None = None
-        self.recorder = RunRecorder(
-            out,
-            meta=self._meta(),
-            resume_from_step=restored.next_step if restored else None,
-        )
+        self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
 
-    def _meta(self) -> RunMeta:
+    def _meta(self, device_name: str) -> RunMeta:
         return RunMeta(
             source="executor",
+            cluster=f"{self.live.num_workers} workers on {device_name}",
+            gpu_type=device_name,
             num_gpus=self.live.num_workers,
-            model_name=str(self.live.model),
+            model_name=json.dumps(self.live.model, sort_keys=True),
+            model_params_b=self.numel / 1e9,
             pipeline_mode="one_step_off"
             if self.live.pipeline is PipelineMode.ONE_STEP_OFF
             else "sync_disaggregated",
@@ -163,8 +165,30 @@ class LiveSession:
     # --- setup ---------------------------------------------------------------------------
 
     def setup(self) -> None:
-        rt = self.runtime
+        """Start every worker's process group, model and role; time each part (setup.json)."""
+        timings: dict[str, float] = {}
+        last = self.runtime.clock()
+
+        def lap(name: str) -> None:
+            nonlocal last
+            now = self.runtime.clock()
+            timings[name] = now - last
+            last = now
+
+        self._lap = lap
+        device_name = self._setup_body()
+        lap("first_weight_sync")
+        (self.out / SETUP_FILE).write_text(json.dumps(timings, indent=2))
+        self.recorder = RunRecorder(
+            self.out,
+            meta=self._meta(device_name),
+            resume_from_step=self.restored.next_step if self.restored else None,
+        )
+
+    def _setup_body(self) -> str:
+        rt, lap = self.runtime, self._lap
         infos = rt.run(rt.all_ids, "info", doing="starting")
+        lap("actors_started")
         (self.out / WORKERS_FILE).write_text(json.dumps([infos[w] for w in rt.all_ids]))
         port = rt.run([0], "rendezvous_port", doing="starting")[0]
         rt.run(
@@ -175,14 +199,17 @@ class LiveSession:
             master_port=port,
             world_size=len(rt.workers),
         )
+        lap("world_group")
         numels = rt.run(rt.all_ids, "build_model", doing="building the model")
         self.numel = numels[0]
+        lap("models_built")
         topo = rt.topology
         rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
         version = self.restored.weights_version if self.restored else 0
         rt.weights_version = version
         for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
             rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=version)
+        lap("roles_taken")
         rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
         if self.restored is None:
             rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
@@ -204,6 +231,7 @@ class LiveSession:
             weight_bytes_per_param=weight_bytes,
             costs_path=self.costs_path,
         )
+        return str(infos[0]["device_name"])
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -245,7 +273,7 @@ class LiveSession:
             )
             self.strategy.after_step(rt)
             self._decide(step, times)
-            self.recorder.sync()
+            self._recorder().sync()
             completed = step + 1
             every = live.checkpoint_every_steps
             if every is not None and (completed % every == 0 or completed == live.num_steps):
@@ -264,12 +292,18 @@ class LiveSession:
         """Convert the records to Parquet; never hide the error that ended the run."""
         import sys
 
+        if self.recorder is None:
+            return
         try:
-            self.recorder.finish()
+            self._recorder().finish()
         except Exception:
-            self.recorder.close()
+            self._recorder().close()
             if sys.exc_info()[0] is None:
                 raise
+
+    def _recorder(self) -> RunRecorder:
+        assert self.recorder is not None, "records start after setup"
+        return self.recorder
 
     # --- rollout -------------------------------------------------------------------------
 
@@ -379,9 +413,9 @@ class LiveSession:
             )
             for i, s in enumerate(batch.samples)
         ]
-        self.recorder.write([record, *samples])
+        self._recorder().write([record, *samples])
         by_key = {s.key: s for s in batch.samples}
-        self.recorder.write_lineage(
+        self._recorder().write_lineage(
             LineageRecord(
                 step=step,
                 rollout_batch_id=batch.batch_id,
@@ -435,7 +469,7 @@ class LiveSession:
         decision: Decision = self.policy.decide(obs)
         resize_id = self.num_resizes if decision.is_resize else None
         chosen = obs.candidate(decision.target) if decision.is_resize else None
-        self.recorder.write(
+        self._recorder().write(
             [
                 DecisionRecord(
                     step=step,
@@ -462,7 +496,7 @@ class LiveSession:
         begin = rt.clock()
         phases = self.strategy.resize(rt, target=Topology.for_allocation(target))
         critical_s = rt.clock() - begin
-        self.recorder.write(
+        self._recorder().write(
             ResizePhaseRecord(
                 resize_id=resize_id,
                 step=step,

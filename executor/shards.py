@@ -109,6 +109,10 @@ def recut(old_shards: list[ShardState], new: ShardLayout, new_rank: int) -> Shar
         pieces["master"].append(shard.master[start - offset : stop - offset])
         for key in OPTIMIZER_TENSORS:
             pieces[key].append(shard.moments[key][start - offset : stop - offset])
+    if not pieces["master"]:  # an empty slice (more ranks than elements at the end)
+        template = old_shards[0]
+        pieces = {"master": [template.master[:0]]}
+        pieces.update({k: [template.moments[k][:0]] for k in OPTIMIZER_TENSORS})
     return ShardState(
         rank=new_rank,
         layout=new,

@@ -68,6 +68,9 @@ class LiveWorker:
             "pid": os.getpid(),
             "node_ip": ray.util.get_node_ip_address(),
             "device": str(self.device),
+            "device_name": (
+                torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
+            ),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         }
 

@@ -1,0 +1,207 @@
+"""A live run measured end to end: setup, every step's stages, every resize phase.
+
+Runs `run_live` with the `scheduled` policy moving workers both ways, then reads the run's own
+records and prints and writes a summary. On the lent H200 all workers share the one GPU (a
+fraction of it each) and talk over gloo; see the written markdown for which figures that makes
+representative.
+
+    python3 tools/devpath.py benchmarks/bench_live.py --device cuda --out-dir results/  # H200
+    python benchmarks/bench_live.py --device cpu                                          # CPU
+
+Writes live_<tag>.json and live_<tag>.md into --out-dir (default benchmarks/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+QWEN2_0_5B_UNTIED = {
+    # The Qwen2-0.5B shape with Qwen2's vocabulary and untied input/output embeddings: 0.63B
+    # parameters, so that the run is above half a billion whatever the tokenizer.
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1_000_000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "vocab_size": 151_936,
+}
+
+
+def live_fields(device: str) -> dict:
+    if device == "cuda":
+        return {
+            "model": {"config": QWEN2_0_5B_UNTIED, "dtype": "bfloat16"},
+            "device": "cuda",
+            "num_gpus": 1,
+            "num_workers": 4,
+            "cpus_per_worker": 3,
+            "torch_threads_per_worker": 3,
+            "initial_allocation": "2:2",
+            "candidate_allocations": ["3:1", "2:2", "1:3"],
+            "num_steps": 7,
+            "prompts_per_step": 32,
+            "samples_per_prompt": 4,
+            "max_response_tokens": 128,
+            "micro_batch_samples": 32,
+            "optimizer": {"lr": 1e-5},
+            "task": {"max_count": 120},
+            "policy": {"kind": "scheduled", "schedule": "1@3:1;3@1:3;5@2:2"},
+            "checkpoint_every_steps": None,
+        }
+    return {
+        "num_workers": 4,
+        "initial_allocation": "2:2",
+        "candidate_allocations": ["3:1", "2:2", "1:3"],
+        "num_steps": 7,
+        "prompts_per_step": 8,
+        "samples_per_prompt": 4,
+        "max_response_tokens": 48,
+        "policy": {"kind": "scheduled", "schedule": "1@3:1;3@1:3;5@2:2"},
+        "checkpoint_every_steps": None,
+    }
+
+
+def summarize(out: Path, wall_s: float, config) -> dict:
+    from dynaresize.traces.io import read_trace
+
+    trace = read_trace(out / "trace")
+    steps = trace.steps.sort_values("step")
+    resizes = trace.resizes
+    phases = []
+    for row in resizes.itertuples():
+        phases.append(
+            {
+                "resize_id": int(row.resize_id),
+                "after_step": int(row.step),
+                "move": f"{row.from_allocation}->{row.to_allocation}",
+                "phase": str(row.phase),
+                "duration_s": float(row.end_s - row.start_s),
+                "bytes_moved": int(row.bytes_moved),
+            }
+        )
+    gaps = []
+    for resize_id, group in resizes.groupby("resize_id"):
+        before = steps[steps.step == group.step.iloc[0]].iloc[0]
+        after = steps[steps.step == group.step.iloc[0] + 1].iloc[0]
+        gaps.append(
+            {
+                "resize_id": int(resize_id),
+                "move": f"{group.from_allocation.iloc[0]}->{group.to_allocation.iloc[0]}",
+                "critical_path_s": float(after.start_s - before.end_s),
+                "sum_of_phases_s": float((group.end_s - group.start_s).sum()),
+            }
+        )
+    step_rows = [
+        {
+            "step": int(r.step),
+            "split": f"{r.train_gpus}:{r.rollout_gpus}",
+            "rollout_s": float(r.rollout_s),
+            "train_s": float(r.train_s),
+            "sync_s": float(r.sync_s),
+            "step_s": float(r.step_s),
+            "tokens": int(r.tokens),
+            "response_len_mean": float(r.response_len_mean),
+            "response_len_max": float(r.response_len_max),
+        }
+        for r in steps.itertuples()
+    ]
+    return {
+        "device": trace.meta.gpu_type,
+        "model_params_b": trace.meta.model_params_b,
+        "platform": platform.platform(),
+        "num_workers": config.num_workers,
+        "samples_per_step": config.samples_per_step,
+        "max_response_tokens": config.max_response_tokens,
+        "wall_s": wall_s,
+        "setup_s": json.loads((out / "setup.json").read_text()),
+        "steps": step_rows,
+        "resizes": gaps,
+        "phases": phases,
+    }
+
+
+def markdown(result: dict, device: str) -> str:
+    lines = [
+        f"# Live run on {result['device']} ({device})",
+        "",
+        f"{result['num_workers']} workers, a {result['model_params_b']:.2f}B-parameter model, "
+        f"{result['samples_per_step']} samples per step, responses capped at "
+        f"{result['max_response_tokens']} tokens; whole run {result['wall_s']:.1f} s. "
+        "Command: `python3 tools/devpath.py benchmarks/bench_live.py --device "
+        f"{device}`.",
+        "",
+        "## Setup (s)",
+        "",
+        "| part | s |",
+        "| --- | ---: |",
+        *[f"| {k} | {v:.2f} |" for k, v in result["setup_s"].items()],
+        "",
+        "## Steps",
+        "",
+        "| step | split | rollout_s | train_s | sync_s | step_s | tokens | mean len | max len |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {s['step']} | {s['split']} | {s['rollout_s']:.2f} | {s['train_s']:.2f} | "
+            f"{s['sync_s']:.2f} | {s['step_s']:.2f} | {s['tokens']} | "
+            f"{s['response_len_mean']:.1f} | {s['response_len_max']:.0f} |"
+            for s in result["steps"]
+        ],
+        "",
+        "## Resizes (host_sync)",
+        "",
+        "| resize | move | critical path (gap between steps) s | sum of phases s |",
+        "| ---: | --- | ---: | ---: |",
+        *[
+            f"| {g['resize_id']} | {g['move']} | {g['critical_path_s']:.2f} | "
+            f"{g['sum_of_phases_s']:.2f} |"
+            for g in result["resizes"]
+        ],
+        "",
+        "| resize | phase | s | bytes |",
+        "| ---: | --- | ---: | ---: |",
+        *[
+            f"| {p['resize_id']} | {p['phase']} | {p['duration_s']:.3f} | {p['bytes_moved']:,} |"
+            for p in result["phases"]
+        ],
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS)
+    parser.add_argument("--tag", default=None, help="File name tag (default: h200 or cpu).")
+    args = parser.parse_args()
+
+    from dynaresize.executor.config import LiveConfig
+    from dynaresize.executor.driver import run_live
+
+    config = LiveConfig.model_validate(live_fields(args.device))
+    run_dir = Path(tempfile.mkdtemp(prefix="bench_live_"))
+    start = time.perf_counter()
+    run_live(config, out_dir=run_dir)
+    wall_s = time.perf_counter() - start
+    result = summarize(run_dir, wall_s, config)
+    tag = args.tag or ("h200" if args.device == "cuda" else "cpu")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"live_{tag}.json").write_text(json.dumps(result, indent=2))
+    text = markdown(result, args.device)
+    (args.out_dir / f"live_{tag}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
