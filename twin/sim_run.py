@@ -181,8 +181,9 @@ def write_comparison(
     resolved_config: dict,
     timeline_png: bool = True,
 ) -> Path:
-    """Write the run folder: the first policy's tables and plot at the top, every policy under
-    policies/<name>/ when there are several, plus config.json, summary.json and comparison.csv.
+    """Write the run folder: the first policy's tables and timeline.png at the top, every
+    policy's tables under policies/<name>/ when there are several, plus config.json,
+    summary.json (every policy and static split) and comparison.csv.
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -198,12 +199,11 @@ def write_comparison(
         first = names[0]
         _write_run(staging, first, comparison.runs[first], timeline_png=timeline_png)
         if len(names) > 1:
+            # One picture per run folder is enough to read it; drawing one per policy would
+            # cost more than simulating them.
             for name in names:
                 _write_run(
-                    staging / "policies" / name,
-                    name,
-                    comparison.runs[name],
-                    timeline_png=timeline_png,
+                    staging / "policies" / name, name, comparison.runs[name], timeline_png=False
                 )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = {

@@ -1,0 +1,129 @@
+"""How long simulate() and the `dynaresize run` command take.
+
+Figures (least CPU seconds of several repeats, after one warm-up call so that the numba kernel of
+the rollout model is compiled; the first call's time is reported separately as compile time):
+
+- example_context_s / example_simulate_s: `build_context` (every stage time on every candidate)
+  and `simulate` of one policy for the built-in example (target: simulate() of the example < 1 s,
+  context included);
+- big_*: a 1000-step, 512-samples-per-step, 8-GPU run of one policy (hysteresis), with the default
+  KV-limited rollout model and with unlimited concurrency; `big_*_pipeline_s` is the per-policy
+  part (SimPy pipeline, observations, policy calls, record tables) given the context;
+- cli_run*_s: wall time (and cli_run*_cpu_s, CPU time: what the wall time would be on an
+  otherwise idle core) of `dynaresize run --mode sim --config example --out DIR` in a fresh process,
+  imports, both policies, every file and the PNGs included (target < 5 s); run twice, the first
+  may include compiling the rollout kernel.
+
+    python benchmarks/bench_simulate.py     # prints, writes benchmarks/results/simulate.{json,md}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dynaresize.twin.config import ScenarioConfig
+from dynaresize.twin.simulate import build_context, simulate
+
+from dynaresize.config import load_run_config
+
+ROOT = Path(__file__).resolve().parent.parent
+REPEATS = 5
+
+
+def best_of(fn, repeats: int = REPEATS) -> float:
+    """Least CPU time of this process over the repeats: the figure an idle core would show
+    (this machine is shared, so wall time mostly measures the neighbours)."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def big_config(*, kv_limited: bool) -> ScenarioConfig:
+    data = load_run_config("example").model_dump(mode="json")
+    data.pop("live"), data.pop("output")
+    data["simulation"]["num_steps"] = 1000
+    data["workload"] = {"preset": "high_variance", "samples_per_step": 512}
+    data["costs"]["rollout"] = {} if kv_limited else {"kv_capacity_tokens_per_replica": None}
+    return ScenarioConfig.model_validate(data)
+
+
+def main() -> None:
+    figures: dict[str, float] = {}
+    example = load_run_config("example")
+    policy = example.policies[0]
+
+    start = time.perf_counter()
+    simulate(example, policy)
+    figures["first_call_incl_compile_s"] = time.perf_counter() - start
+
+    figures["example_context_s"] = best_of(lambda: build_context(example))
+    ctx = build_context(example)
+    figures["example_simulate_s"] = best_of(lambda: simulate(example, policy, context=ctx))
+    figures["example_total_s"] = best_of(lambda: simulate(example, policy))
+
+    for label, kv in (("kv_limited", True), ("unlimited", False)):
+        cfg = big_config(kv_limited=kv)
+        build_context(cfg)
+        figures[f"big_{label}_context_s"] = best_of(lambda cfg=cfg: build_context(cfg), 3)
+        big_ctx = build_context(cfg)
+        figures[f"big_{label}_pipeline_s"] = best_of(
+            lambda cfg=cfg, c=big_ctx: simulate(cfg, {"kind": "hysteresis"}, context=c), 3
+        )
+        figures[f"big_{label}_total_s"] = (
+            figures[f"big_{label}_context_s"] + figures[f"big_{label}_pipeline_s"]
+        )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for attempt in (1, 2):
+            start = time.perf_counter()
+            cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "dynaresize.cli",
+                    "run",
+                    "--mode",
+                    "sim",
+                    "--config",
+                    "example",
+                    "--out",
+                    os.path.join(tmp, f"run{attempt}"),
+                ],
+                check=True,
+                capture_output=True,
+            )
+            figures[f"cli_run{attempt}_s"] = time.perf_counter() - start
+            cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            figures[f"cli_run{attempt}_cpu_s"] = (cpu_after.ru_utime - cpu_before.ru_utime) + (
+                cpu_after.ru_stime - cpu_before.ru_stime
+            )
+
+    for key, value in figures.items():
+        print(f"{key:>32}: {value:8.3f} s")
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
+    (out / "simulate.json").write_text(json.dumps({"figures_s": figures, **meta}, indent=2) + "\n")
+    rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in figures.items())
+    (out / "simulate.md").write_text(
+        "# simulate() and CLI timings\n\n"
+        f"`python benchmarks/bench_simulate.py` on {meta['cpu_count']} cores, Python "
+        f"{meta['python']}; CPU seconds, least of {REPEATS} repeats (3 for the 1000-step "
+        "runs); the CLI rows give wall time and CPU time of a fresh process.\n\n"
+        "| figure | seconds |\n|---|---:|\n" + rows + "\n"
+    )
+
+
+if __name__ == "__main__":
+    main()
