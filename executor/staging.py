@@ -43,6 +43,21 @@ MIB = 1 << 20
 _SHM_DIR = "/dev/shm"
 
 
+def _shm_dir(size: int) -> str:
+    """/dev/shm (memory) when it has room; a container's small /dev/shm falls back to the temp
+    folder, whose pages also stay in memory unless the host is short of it."""
+    override = os.environ.get("DYNARESIZE_SHM_DIR")
+    if override:
+        return override
+    try:
+        stats = os.statvfs(_SHM_DIR)
+        if stats.f_bavail * stats.f_frsize >= 2 * size:
+            return _SHM_DIR
+    except OSError:
+        pass
+    return tempfile.gettempdir()
+
+
 class StagingError(RuntimeError):
     """A staged transfer could not complete (peer gone, layout mismatch, bad message)."""
 
@@ -255,7 +270,12 @@ class _Ring:
         size = _HEADER_BYTES + config.budget_bytes
         # Plain POSIX shared memory under /dev/shm: the owner creates and unlinks it, a sender only
         # maps it (multiprocessing's SharedMemory would have every process's tracker claim it).
-        self._shm_path = os.path.join(_SHM_DIR, name)
+        if create:
+            self._shm_path = os.path.join(_shm_dir(size), name)
+        else:  # wherever the owner put it
+            candidates = [os.path.join(d, name) for d in (_shm_dir(size), _SHM_DIR)]
+            candidates.append(os.path.join(tempfile.gettempdir(), name))
+            self._shm_path = next((c for c in candidates if os.path.exists(c)), candidates[0])
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         fd = os.open(self._shm_path, flags, 0o600)
         try:
@@ -429,6 +449,10 @@ class StagingSender:
         self._rings: dict[str, _Ring] = {}
         self._grant_fds: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
+
+    def attach(self, pool_name: str) -> None:
+        """Map (and pin) a peer's pool ahead of time, off the critical path of a resize."""
+        self._ring_for(pool_name)
 
     def _ring_for(self, pool_name: str) -> _Ring:
         with self._lock:

@@ -261,3 +261,43 @@ def test_grants_let_several_senders_wait_on_one_pool_in_any_order() -> None:
             sender.close()
         pool.close()
     assert not errors
+
+
+def _cuda_receiver(config: StagingConfig, name_queue, result_queue) -> None:
+    device = torch.device("cuda", 0)
+    pool = StagingPool(config, device=device)
+    template = _state(5, scale=2)
+    destination = {k: torch.zeros_like(v, device=device) for k, v in template.items()}
+    name_queue.put((pool.name, bool(pool._ring.slots[0].is_pinned())))
+    stats = pool.receive_into(destination, transfer_id=4, sender_id=0)
+    exact = all(torch.equal(destination[k].cpu(), template[k]) for k in template)
+    pool.close()
+    result_queue.put({"exact": exact, "seconds": stats.seconds, "bytes": stats.num_bytes})
+
+
+def _cuda_sender(config: StagingConfig, pool_name: str) -> None:
+    device = torch.device("cuda", 0)
+    state = {k: v.to(device) for k, v in _state(5, scale=2).items()}
+    sender = StagingSender(config, device=device)
+    sender.send(pool_name, state, transfer_id=4, sender_id=0)
+    sender.close()
+
+
+@pytest.mark.gpu
+def test_cuda_state_moves_between_processes_through_pinned_buffers_bitwise() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    config = StagingConfig(chunk_bytes=8 * MIB, num_buffers=2, peer_timeout_s=60)
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in a forked child
+    name_queue, result_queue = ctx.Queue(), ctx.Queue()
+    receiver = ctx.Process(target=_cuda_receiver, args=(config, name_queue, result_queue))
+    receiver.start()
+    pool_name, pinned = name_queue.get(timeout=120)
+    sender = ctx.Process(target=_cuda_sender, args=(config, pool_name))
+    sender.start()
+    result = result_queue.get(timeout=120)
+    receiver.join(timeout=30)
+    sender.join(timeout=30)
+    assert pinned
+    assert result["exact"]
+    print(f"staged {result['bytes'] / 1e9:.2f} GB in {result['seconds']:.3f} s")

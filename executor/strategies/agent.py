@@ -107,6 +107,12 @@ class FastResizeWorker:
         self._background: BackgroundWork | None = None
         return self._staging_pool.name
 
+    def fast_connect(self, *, pools: dict[int, str]) -> None:
+        """Map and pin every peer's pool now, so that no resize pays for it."""
+        for worker_id, name in pools.items():
+            if worker_id != self.worker_id:
+                self._staging_sender.attach(name)
+
     def fast_prewarm(self) -> None:
         """Start building every candidate's groups in the background (every worker calls it)."""
         self._comm_cache.start_prewarm()

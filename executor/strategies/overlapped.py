@@ -93,6 +93,7 @@ class OverlappedStrategy(ResizeStrategy):
             world_size=len(runtime.workers),
         )
         self._pools = dict(names)
+        runtime.run(runtime.all_ids, "fast_connect", doing="attaching pools", pools=self._pools)
         if mech.reuse_communicators:
             runtime.run(runtime.all_ids, "fast_prewarm", doing="prewarming groups")
         self._ready = True
