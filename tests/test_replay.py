@@ -157,3 +157,23 @@ def test_replay_cli_bad_trace_exits_2_without_output(tmp_path):
     assert result.exit_code == 2
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["verl_one_step_off_example.jsonl", "verl_colocated_example.jsonl"]
+)
+def test_shipped_verl_logs_replay_and_break_even(name):
+    from pathlib import Path
+
+    import dynaresize
+
+    path = Path(dynaresize.__file__).parent / "data" / name
+    result = CliRunner().invoke(app, ["run", "--mode", "replay", "--trace", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "offline optimum" in result.output and "imported from verl" in result.output
+    line = next(x for x in result.output.splitlines() if "twin vs measured" in x)
+    error_pct = float(line.split("total ")[1].split("%")[0])
+    assert abs(error_pct) < 5.0
+    result = CliRunner().invoke(app, ["breakeven", "--trace", str(path), "--job-steps", "500"])
+    assert result.exit_code == 0, result.output
+    assert "cooldown_steps:" in result.output

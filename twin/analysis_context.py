@@ -29,7 +29,8 @@ _USABLE_MEMORY_FRACTION = ClusterConfig.model_fields["usable_memory_fraction"].d
 _MODES = {
     TracePipelineMode.ONE_STEP_OFF: PipelineMode.ONE_STEP_OFF,
     TracePipelineMode.SYNC_DISAGGREGATED: PipelineMode.SYNC,
-    TracePipelineMode.COLOCATED: PipelineMode.SYNC,
+    # What-ifs of a colocated run are disaggregated; one-step-off is the usual such setup.
+    TracePipelineMode.COLOCATED: PipelineMode.ONE_STEP_OFF,
     TracePipelineMode.FULLY_ASYNC: PipelineMode.ASYNC,
 }
 
@@ -112,6 +113,15 @@ def context_from_config(
 
 def _start_allocation(traces: list[Trace], assumptions: list[str]) -> Allocation:
     meta = traces[0].meta if traces else None
+    if meta is not None and meta.pipeline_mode is TracePipelineMode.COLOCATED:
+        first = traces[0].steps.iloc[0] if len(traces[0].steps) else None
+        total = meta.num_gpus or (int(first["train_gpus"]) if first is not None else 8)
+        train, rollout = total - total // 2, total // 2
+        assumptions.append(
+            f"colocated run: compared with disaggregated one-step-off splits of its {total} "
+            f"GPUs, starting from {train}:{rollout}"
+        )
+        return Allocation(train_gpus=train, rollout_gpus=rollout)
     train = meta.start_train_gpus if meta else None
     rollout = meta.start_rollout_gpus if meta else None
     if not (train and rollout) and traces and len(traces[0].steps):

@@ -429,7 +429,12 @@ def breakeven_for_trace(
         )
         cost_s = plan.critical_s
         source = f"resize model, {scenario.pipeline.resize_strategy.value} critical path"
-    current = most_used_allocation(trace.steps)
+    from ..traces.schema import PipelineMode as TracePipelineMode
+
+    if trace.meta.pipeline_mode is TracePipelineMode.COLOCATED:
+        current = context.initial  # no split was used; the context says which one is assumed
+    else:
+        current = most_used_allocation(trace.steps)
     if current not in step_costs.candidates:
         raise ConfigError(
             f"the trace ran mostly on {current.label}, which is not among the candidate "

@@ -29,8 +29,12 @@ import pandas as pd
 from ..policies.registry import parse_policy_config, parse_policy_spec
 from ..policies.types import Allocation
 from ..traces.io import Trace
+from ..traces.schema import PipelineMode as TracePipelineMode
 from .analysis_context import AnalysisContext, context_from_config
 from .config import ConfigError
+from .costs.rollout import rollout_stage_s_many
+from .costs.sync import weight_sync_s
+from .costs.train import train_stage_s
 from .fit import CostFit, fit_costs, fitted_overrides
 from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimResult, build_context, simulate
@@ -59,8 +63,9 @@ class ReplayResult:
     """One row per compared run, columns TABLE_COLUMNS."""
     measured_steps: pd.DataFrame
     """The trace's steps table."""
-    predicted: SimResult
-    """The recorded run as the twin replays it."""
+    predicted_steps: pd.DataFrame
+    """The recorded run as the twin predicts it: at least `step` and `step_s` per step."""
+    predicted_total_s: float
     policies: dict[str, SimResult]
     optimum: OptimalSchedule
     fit: CostFit | None
@@ -73,13 +78,13 @@ class ReplayResult:
     @property
     def prediction_error(self) -> float:
         """Twin-predicted total of the recorded run over its measured total, minus 1."""
-        return self.predicted.summary.total_s / self.measured_total_s - 1.0
+        return self.predicted_total_s / self.measured_total_s - 1.0
 
     @property
     def step_time_mape(self) -> float:
         """Mean absolute percentage error of the predicted step times, step by step."""
         measured = self.measured_steps["step_s"].to_numpy(np.float64)
-        predicted = self.predicted.steps["step_s"].to_numpy(np.float64)
+        predicted = self.predicted_steps["step_s"].to_numpy(np.float64)
         ok = measured > 0
         return float(np.mean(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else 0.0
 
@@ -144,7 +149,10 @@ def replay_trace(
     if len(steps) == 0:
         raise ConfigError("the trace has no steps to replay")
     notes = list(context.assumptions) + trace_notes(trace)
+    colocated = is_colocated(trace)
     first, schedule = recorded_schedule(steps)
+    if colocated:
+        first, schedule = context.initial, []
     candidates = {c.label for c in context.candidates}
     used = {first.label} | {entry["allocation"] for entry in schedule}
     missing = sorted(used - candidates)
@@ -173,7 +181,16 @@ def replay_trace(
     scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
     sim_context = build_context(scenario, workload=workload, costs=costs)
 
-    predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
+    if colocated:
+        predicted_steps = colocated_prediction(steps, workload, scenario)
+        predicted_total_s = float(predicted_steps["step_s"].sum())
+        predicted_row_resizes, predicted_row_thrash = 0, 0
+    else:
+        run = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
+        predicted_steps = run.steps
+        predicted_total_s = run.summary.total_s  # resize stalls included
+        predicted_row_resizes = run.summary.num_resizes
+        predicted_row_thrash = run.summary.thrash_count
     if policies is None:
         policies = list(scenario.policies) if context.from_config else []
         if not policies:
@@ -190,8 +207,24 @@ def replay_trace(
     optimum = optimum_of_context(sim_context)
     measured_s = measured_total_s(steps)
     rows = [
-        _row(RECORDED_MEASURED, "recorded", measured_s, optimum, measured_s, _resizes(steps), 0),
-        _row_of(RECORDED_PREDICTED, "recorded", predicted, optimum, measured_s),
+        _row(
+            RECORDED_MEASURED,
+            "recorded",
+            measured_s,
+            optimum,
+            measured_s,
+            0 if colocated else _resizes(steps),
+            0,
+        ),
+        _row(
+            RECORDED_PREDICTED,
+            "recorded",
+            predicted_total_s,
+            optimum,
+            measured_s,
+            predicted_row_resizes,
+            predicted_row_thrash,
+        ),
     ]
     for label, total in sim_context.baselines.totals_s.items():
         rows.append(_row(f"static {label}", "static", total, optimum, measured_s, 0, 0))
@@ -208,7 +241,8 @@ def replay_trace(
     result = ReplayResult(
         table=table,
         measured_steps=steps,
-        predicted=predicted,
+        predicted_steps=predicted_steps,
+        predicted_total_s=predicted_total_s,
         policies=results,
         optimum=optimum,
         fit=fit,
@@ -220,6 +254,34 @@ def replay_trace(
         f"by {result.step_time_mape:.1%} on average",
     )
     return result
+
+
+def is_colocated(trace: Trace) -> bool:
+    """A hybrid-engine run: every GPU took both roles in turn (no split to replay)."""
+    return trace.meta.pipeline_mode is TracePipelineMode.COLOCATED
+
+
+def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFrame:
+    """The twin's step times of a colocated run: every GPU generates, then every GPU trains,
+    then the weights reach the engines; nothing overlaps (the cost models, no pipeline)."""
+    gpus = steps["train_gpus"].to_numpy(np.int64)
+    replicas = np.maximum(1, gpus // scenario.cluster.rollout_tensor_parallel_size)
+    tokens = workload.tokens_per_step()
+    step_s = np.empty(len(steps))
+    for n in np.unique(gpus):
+        rows = gpus == n
+        r = int(replicas[rows][0])
+        rollout = rollout_stage_s_many(workload, num_replicas=r, params=scenario.costs.rollout)
+        train = train_stage_s(
+            tokens, train_gpus=int(n), model=scenario.model, params=scenario.costs.train
+        )
+        step_s[rows] = (rollout + train)[rows]
+    sync = weight_sync_s(
+        weights_gb=scenario.model.weights_gb,
+        bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
+        params=scenario.costs.sync,
+    )
+    return pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": step_s + sync})
 
 
 def _resizes(steps: pd.DataFrame) -> int:
@@ -284,7 +346,7 @@ def plot_replay(result: ReplayResult, *, title: str):
     top.set_title(title)
     top.grid(axis="x", alpha=0.3)
     measured = result.measured_steps
-    predicted = result.predicted.steps
+    predicted = result.predicted_steps
     bottom.plot(measured["step"], measured["step_s"], lw=0.8, label="recorded (measured)")
     bottom.plot(predicted["step"], predicted["step_s"], lw=0.8, label="recorded (twin)")
     for name, run in result.policies.items():
@@ -320,7 +382,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
 
             text = yaml.safe_dump(fitted_overrides(result.fit), sort_keys=False)
             (staging / "costs.yaml").write_text(text)
-        result.predicted.steps.to_parquet(staging / "predicted_steps.parquet")
+        result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
         if out_dir.exists():
             for item in staging.iterdir():

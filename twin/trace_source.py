@@ -27,10 +27,7 @@ def open_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
         from ..traces.importers import import_trace
     except ImportError:  # a build without importers still reads the project's own formats
         return read_trace(location, lenient=lenient)
-    try:
-        return import_trace(location, lenient=lenient)
-    except TypeError:  # an import_trace without the lenient option
-        return import_trace(location)
+    return import_trace(location, lenient=lenient)
 
 
 def trace_notes(trace: Trace) -> list[str]:
