@@ -1,0 +1,161 @@
+"""Resize-phase calibration recovers known parameters from twin-generated traces with noise, and
+refuses what the records cannot determine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PhaseName, StrategyName
+from dynaresize.traces.schema import RunMeta
+from dynaresize.twin.analysis_context import load_scenario
+from dynaresize.twin.costs.memory import ModelConfig
+from dynaresize.twin.costs.resize import ResizeCostParams, StateMoved
+from dynaresize.twin.fit import FitError
+from dynaresize.twin.fit_resize import ParamStatus, fit_resize_phases
+from dynaresize.twin.simulate import simulate
+
+SCHEDULE = {
+    "kind": "scheduled",
+    "schedule": [
+        {"step": 3, "allocation": "4:4"},
+        {"step": 8, "allocation": "6:2"},
+        {"step": 13, "allocation": "4:4"},
+    ],
+}
+HOST_GBPS, LINK_GBPS = 20.0, 300.0  # not the reference bandwidths: the conversion is exercised
+
+
+def true_params() -> ResizeCostParams:
+    """The defaults with every phase's numbers changed, so recovery cannot be a coincidence."""
+    base = ResizeCostParams()
+    changed = {}
+    for strategy in StrategyName:
+        phases = {}
+        for i, (name, spec) in enumerate(base.phases(strategy).items()):
+            rate = 0.0 if spec.moves is StateMoved.NONE else 0.35 + 0.2 * i
+            phases[name] = spec.model_copy(update={"base_s": 3.0 + 2.5 * i, "s_per_gb": rate})
+        changed[strategy.value] = phases
+    return base.model_copy(update=changed)
+
+
+def twin_trace(
+    size_b: float, strategy: StrategyName, rng: np.random.Generator, noise: float = 0.02
+) -> Trace:
+    scenario = load_scenario("example")
+    cluster = scenario.cluster.model_copy(
+        update={"host_bandwidth_gbps": HOST_GBPS, "intra_node_bandwidth_gbps": LINK_GBPS}
+    )
+    scenario = scenario.model_copy(
+        update={
+            "cluster": cluster,
+            "model": scenario.model.model_copy(update={"num_params_b": size_b}),
+            "costs": scenario.costs.model_copy(update={"resize": true_params()}),
+            "pipeline": scenario.pipeline.model_copy(update={"resize_strategy": strategy}),
+            "simulation": scenario.simulation.model_copy(update={"num_steps": 18}),
+        }
+    )
+    result = simulate(scenario, SCHEDULE)
+    resizes = result.resizes.copy()
+    duration = (resizes["end_s"] - resizes["start_s"]) * (1 + rng.normal(0, noise, len(resizes)))
+    resizes["end_s"] = resizes["start_s"] + np.maximum(duration, 0.0)
+    meta = RunMeta(source="twin", model_params_b=size_b)
+    return Trace(meta=meta, steps=result.steps, resizes=resizes).validated()
+
+
+def fit(traces, **kw):
+    return fit_resize_phases(
+        traces,
+        model=ModelConfig(num_params_b=8.2),
+        host_bandwidth_gbps=HOST_GBPS,
+        interconnect_bandwidth_gbps=LINK_GBPS,
+        **kw,
+    )
+
+
+@pytest.fixture(scope="module")
+def three_sizes():
+    rng = np.random.default_rng(3)
+    return [twin_trace(s, strat, rng) for s in (1.5, 4.0, 8.2) for strat in StrategyName]
+
+
+def test_recovers_known_phase_parameters(three_sizes):
+    result = fit(three_sizes)
+    truth = true_params()
+    assert {(p.strategy, p.phase) for p in result.phases} == {
+        (s, n) for s in StrategyName for n in truth.phases(s)
+    }
+    for phase_fit in result.phases:
+        want = truth.phases(phase_fit.strategy)[phase_fit.phase]
+        fitted = result.params.phases(phase_fit.strategy)[phase_fit.phase]
+        assert phase_fit.num_records == 9  # three resizes in each of three traces
+        if want.moves is StateMoved.NONE:
+            assert phase_fit.rate_status is ParamStatus.NOT_APPLICABLE
+            assert fitted.base_s == pytest.approx(want.base_s, rel=0.03)
+        else:
+            assert phase_fit.rate_status is ParamStatus.FITTED
+            assert fitted.s_per_gb == pytest.approx(want.s_per_gb, rel=0.1)
+            assert fitted.base_s == pytest.approx(want.base_s, abs=0.1 * want.base_s + 1.0)
+            assert phase_fit.r2 is not None and phase_fit.r2 > 0.95
+            assert phase_fit.rate_stderr_s_per_gb is not None
+        # structure of the DAG is kept
+        assert fitted.depends_on == want.depends_on and fitted.critical == want.critical
+    check = result.critical_path
+    assert check is not None and len(check.measured_s) == 18
+    assert np.median(check.abs_pct_error) < 3.0
+    assert result.undetermined() == []
+    assert any("critical path" in line for line in result.report_lines())
+
+
+def test_noise_free_recovery_is_exact():
+    rng = np.random.default_rng(0)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, noise=0.0) for s in (2.0, 8.2)]
+    result = fit(traces)
+    truth = true_params().overlapped
+    for phase_fit in result.phases:
+        fitted = result.params.overlapped[phase_fit.phase]
+        assert fitted.base_s == pytest.approx(truth[phase_fit.phase].base_s, rel=1e-6, abs=1e-6)
+        assert fitted.s_per_gb == pytest.approx(truth[phase_fit.phase].s_per_gb, rel=1e-6)
+    np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
+
+
+def test_one_model_size_holds_the_rate_and_says_why():
+    rng = np.random.default_rng(1)
+    result = fit([twin_trace(8.2, StrategyName.OVERLAPPED, rng)])
+    held = {p.phase for p in result.phases if p.rate_status is ParamStatus.HELD}
+    assert PhaseName.STATE_EXPORT in held and PhaseName.WEIGHT_SYNC in held
+    export = next(p for p in result.phases if p.phase is PhaseName.STATE_EXPORT)
+    assert "cannot be determined" in export.reasons[0] and "same" in export.reasons[0]
+    # the held rate is the configured one, so base_s absorbs the rest: totals still match
+    assert result.params.overlapped[PhaseName.STATE_EXPORT].s_per_gb == pytest.approx(
+        ResizeCostParams().overlapped[PhaseName.STATE_EXPORT].s_per_gb
+    )
+    assert abs(np.mean(export.residuals_s)) < 1e-6
+    with pytest.raises(
+        FitError, match=r"overlapped\.state_export\.s_per_gb \(every record moved the same 115 GB\)"
+    ):
+        fit([twin_trace(8.2, StrategyName.OVERLAPPED, rng)], require_determined=True)
+
+
+def test_no_resize_records_is_refused():
+    rng = np.random.default_rng(2)
+    trace = twin_trace(4.0, StrategyName.OVERLAPPED, rng)
+    trace.resizes = trace.resizes.iloc[0:0]
+    with pytest.raises(FitError, match="no resize records"):
+        fit([trace])
+
+
+def test_missing_bytes_use_the_model_state_size_and_unknown_phases_are_reported():
+    rng = np.random.default_rng(4)
+    traces = [twin_trace(s, StrategyName.STOP_AND_REBUILD, rng, noise=0.0) for s in (2.0, 8.2)]
+    for t in traces:
+        t.resizes["bytes_moved"] = 0
+        t.resizes.loc[t.resizes["phase"] == "postprocess", "phase"] = "rollout_drain"
+    result = fit(traces)
+    truth = true_params().stop_and_rebuild
+    fitted = result.params.stop_and_rebuild[PhaseName.WEIGHT_RESTORE]
+    assert fitted.s_per_gb == pytest.approx(truth[PhaseName.WEIGHT_RESTORE].s_per_gb, rel=1e-6)
+    assert any("no bytes recorded" in n for n in result.notes)
+    assert any("rollout_drain was measured" in n for n in result.notes)
+    configured = ResizeCostParams().stop_and_rebuild[PhaseName.POSTPROCESS]
+    assert result.params.stop_and_rebuild[PhaseName.POSTPROCESS] == configured  # never measured

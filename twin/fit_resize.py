@@ -1,0 +1,397 @@
+"""Resize-phase calibration: each phase of each strategy as `base_s + s_per_gb * GB moved`.
+
+The twin models a resize as a DAG of phases (twin/costs/resize.py), each lasting
+`base_s + s_per_gb * gb * bandwidth_scale`. Measured resizes (ResizePhaseRecord rows of one or
+more traces, e.g. live runs of different model sizes) give, per (strategy, phase), pairs of
+gigabytes moved and seconds taken; a bounded linear least-squares fit (scipy) recovers the two
+parameters, with R², residuals and standard errors.
+
+What the records cannot determine is not guessed. A per-GB rate needs at least two different
+sizes moved (and three records); with one size the rate is held at its configured value and only
+`base_s` is fitted, and the report says so. `require_determined=True` turns every such case into
+a FitError instead. Phases never measured keep their configured values; measured phases that the
+configured DAG does not have are reported, not added (their dependencies are unknown).
+
+Gigabytes come from each record's `bytes_moved`; where a phase recorded none although the model
+says it moves state, the state size of the trace's model is used, and the report says that too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import lsq_linear
+
+from ..traces.io import Trace
+from ..traces.phases import PhaseName, StrategyName
+from .costs import CostModels
+from .costs.memory import ModelConfig
+from .costs.resize import Link, PhaseCostParams, ResizeCostParams, StateMoved, gb_moved, plan_resize
+from .fit import FitError, FitInputs, StageFit
+
+MIN_RECORDS_FOR_RATE = 3
+"""Records a phase needs (over at least two sizes) before its per-GB rate is fitted."""
+
+
+class ParamStatus(str, Enum):
+    FITTED = "fitted"
+    HELD = "held"
+    """Not determined by the records: kept at the configured value."""
+    NOT_APPLICABLE = "n/a"
+    """The phase moves nothing, so it has no per-GB rate."""
+
+
+@dataclass(frozen=True)
+class PhaseFit:
+    """The fit of one phase of one strategy."""
+
+    strategy: StrategyName
+    phase: PhaseName
+    gb: np.ndarray
+    """Gigabytes each record moved."""
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+    base_s: float
+    s_per_gb_measured: float
+    """Seconds per GB on the traces' own links (the fitted slope)."""
+    s_per_gb_param: float
+    """The same rate at the reference bandwidth, as the twin's parameter stores it."""
+    base_status: ParamStatus
+    rate_status: ParamStatus
+    base_stderr_s: float | None
+    rate_stderr_s_per_gb: float | None
+    reasons: list[str] = field(default_factory=list)
+    held_because: str | None = None
+    """Why the per-GB rate could not be determined, when it was held."""
+
+    @property
+    def residuals_s(self) -> np.ndarray:
+        return self.measured_s - self.predicted_s
+
+    @property
+    def num_records(self) -> int:
+        return len(self.measured_s)
+
+    @property
+    def r2(self) -> float | None:
+        total = float(np.sum((self.measured_s - self.measured_s.mean()) ** 2))
+        if self.num_records < 2 or total <= 0:
+            return None
+        return 1.0 - float(np.sum(self.residuals_s**2)) / total
+
+    @property
+    def rmse_s(self) -> float:
+        return float(np.sqrt(np.mean(self.residuals_s**2)))
+
+    def describe(self) -> str:
+        r2 = "n/a" if self.r2 is None else f"{self.r2:.3f}"
+        base = _with_error(self.base_s, self.base_stderr_s, "s")
+        rate = _with_error(self.s_per_gb_measured, self.rate_stderr_s_per_gb, "s/GB")
+        sizes = ", ".join(f"{g:.3g}" for g in np.unique(np.round(self.gb, 3)))
+        return (
+            f"resize {self.strategy.value}.{self.phase.value}: "
+            f"base_s {base} ({self.base_status.value}), "
+            f"s_per_gb {rate} ({self.rate_status.value}); R²={r2}, RMSE {self.rmse_s:.3g} s, "
+            f"max |residual| {np.max(np.abs(self.residuals_s)):.3g} s over {self.num_records} "
+            f"records at {sizes} GB"
+        )
+
+
+def _with_error(value: float, stderr: float | None, unit: str) -> str:
+    return f"{value:.4g} {unit}" if stderr is None else f"{value:.4g} ± {stderr:.2g} {unit}"
+
+
+@dataclass(frozen=True)
+class CriticalPathCheck:
+    """Each measured resize's critical path against the fitted model's prediction."""
+
+    measured_s: np.ndarray
+    predicted_s: np.ndarray
+
+    @property
+    def abs_pct_error(self) -> np.ndarray:
+        return np.abs(self.predicted_s - self.measured_s) / np.maximum(self.measured_s, 1e-9) * 100
+
+
+@dataclass(frozen=True)
+class ResizeFit:
+    params: ResizeCostParams
+    phases: list[PhaseFit]
+    critical_path: CriticalPathCheck | None
+    notes: list[str]
+
+    def undetermined(self) -> list[str]:
+        """Parameters the records could not determine."""
+        return [
+            f"{p.strategy.value}.{p.phase.value}.s_per_gb ({p.held_because})"
+            for p in self.phases
+            if p.rate_status is ParamStatus.HELD
+        ]
+
+    def report_lines(self) -> list[str]:
+        lines = [p.describe() for p in self.phases]
+        lines += [
+            f"resize: {p.strategy.value}.{p.phase.value}: {r}"
+            for p in self.phases
+            for r in p.reasons
+        ]
+        if self.critical_path is not None and len(self.critical_path.measured_s):
+            err = self.critical_path.abs_pct_error
+            lines.append(
+                f"resize critical path: median |error| {np.median(err):.2f}%, max "
+                f"{err.max():.2f}% over {len(err)} measured resizes (fitted model vs measured)"
+            )
+        return lines + [f"resize: {n}" for n in self.notes]
+
+
+@dataclass(frozen=True)
+class _Links:
+    host_bandwidth_gbps: float
+    interconnect_bandwidth_gbps: float
+
+    def scale(self, link: Link, params: ResizeCostParams) -> float:
+        """Factor the twin applies to a phase's s_per_gb on this cluster's links."""
+        if link is Link.HOST:
+            return params.reference_host_bandwidth_gbps / self.host_bandwidth_gbps
+        return params.reference_interconnect_bandwidth_gbps / self.interconnect_bandwidth_gbps
+
+
+def resize_records(traces: Sequence[Trace], default_model: ModelConfig) -> pd.DataFrame:
+    """All resize-phase rows of all traces, with duration, trace index and the trace's model."""
+    frames = []
+    for i, trace in enumerate(traces):
+        if len(trace.resizes) == 0:
+            continue
+        size = trace.meta.model_params_b
+        frames.append(
+            trace.resizes.assign(
+                trace_index=i,
+                duration_s=trace.resizes["end_s"] - trace.resizes["start_s"],
+                model_params_b=size if size else default_model.num_params_b,
+            )
+        )
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def fit_resize_phases(
+    traces: Sequence[Trace],
+    *,
+    base: ResizeCostParams | None = None,
+    model: ModelConfig,
+    host_bandwidth_gbps: float,
+    interconnect_bandwidth_gbps: float,
+    require_determined: bool = False,
+) -> ResizeFit:
+    """Fit every measured phase of every strategy; see the module docstring for the rules."""
+    base = base or ResizeCostParams()
+    links = _Links(host_bandwidth_gbps, interconnect_bandwidth_gbps)
+    records = resize_records(traces, model)
+    if records.empty:
+        raise FitError("no resize records in the traces: resize phases cannot be fitted")
+    notes: list[str] = []
+    if not any(t.meta.model_params_b for t in traces):
+        notes.append(f"no trace states its model size: {model.num_params_b:g}B assumed")
+    updated = {s: dict(base.phases(s)) for s in StrategyName}
+    fits = []
+    for (strategy_value, phase_value), group in records.groupby(["strategy", "phase"], sort=True):
+        strategy, phase = StrategyName(strategy_value), PhaseName(phase_value)
+        prior = base.phases(strategy).get(phase)
+        if prior is None:
+            notes.append(
+                f"{strategy.value}.{phase.value} was measured ({len(group)} records) but the "
+                "configured DAG has no such phase: not fitted"
+            )
+            continue
+        gb, how = _gigabytes(group, prior, model)
+        if how:
+            notes.append(f"{strategy.value}.{phase.value}: {how}")
+        scale = links.scale(prior.link, base)
+        phase_fit = fit_one_phase(
+            strategy, phase, gb, group["duration_s"].to_numpy(float), prior, scale
+        )
+        fits.append(phase_fit)
+        updated[strategy][phase] = prior.model_copy(
+            update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
+        )
+    params = base.model_copy(
+        update={
+            "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
+            "overlapped": updated[StrategyName.OVERLAPPED],
+        }
+    )
+    result = ResizeFit(params, fits, _critical_path_check(records, params, links, model), notes)
+    if require_determined and result.undetermined():
+        raise FitError(
+            "the traces cannot determine: "
+            + ", ".join(result.undetermined())
+            + " (resizes of at least two model sizes are needed for a per-GB rate)"
+        )
+    return result
+
+
+def _gigabytes(
+    group: pd.DataFrame, prior: PhaseCostParams, default_model: ModelConfig
+) -> tuple[np.ndarray, str]:
+    recorded = group["bytes_moved"].to_numpy(np.float64) / 1e9
+    if recorded.any() or prior.moves is StateMoved.NONE:
+        return recorded, ""
+    template = default_model.model_dump()
+    sizes = group["model_params_b"].to_numpy(float)
+    gb = np.array(
+        [gb_moved(prior.moves, ModelConfig(**{**template, "num_params_b": s})) for s in sizes]
+    )
+    return gb, (
+        f"no bytes recorded: the {prior.moves.value} of each trace's model is assumed moved"
+    )
+
+
+def fit_one_phase(
+    strategy: StrategyName,
+    phase: PhaseName,
+    gb: np.ndarray,
+    measured_s: np.ndarray,
+    prior: PhaseCostParams,
+    scale: float,
+) -> PhaseFit:
+    """base_s and the per-GB slope by bounded least squares, or base_s alone when the slope is
+    not determined (held at the prior, converted to this cluster's links)."""
+    sizes = np.unique(np.round(gb, 6))
+    reasons: list[str] = []
+    why: str | None = None
+    moves_nothing = prior.moves is StateMoved.NONE and not gb.any()
+    if moves_nothing:
+        rate_status = ParamStatus.NOT_APPLICABLE
+    elif len(sizes) >= 2 and len(gb) >= MIN_RECORDS_FOR_RATE:
+        rate_status = ParamStatus.FITTED
+    else:
+        rate_status = ParamStatus.HELD
+        why = (
+            f"every record moved the same {sizes[0]:.3g} GB"
+            if len(sizes) < 2
+            else f"only {len(gb)} records (need {MIN_RECORDS_FOR_RATE})"
+        )
+        reasons.append(
+            f"s_per_gb cannot be determined ({why}): held at the configured "
+            f"{prior.s_per_gb * scale:.4g} s/GB on these links"
+        )
+    if rate_status is ParamStatus.FITTED:
+        design = np.column_stack([np.ones_like(gb), gb])
+        solution = lsq_linear(design, measured_s, bounds=(0.0, np.inf))
+        base_s, slope = (float(v) for v in solution.x)
+    else:
+        slope = 0.0 if moves_nothing else prior.s_per_gb * scale
+        base_s = max(0.0, float(np.mean(measured_s - slope * gb)))
+        design = np.ones((len(gb), 1))
+    predicted = base_s + slope * gb
+    stderrs = _standard_errors(design, measured_s - predicted)
+    return PhaseFit(
+        strategy=strategy,
+        phase=phase,
+        gb=gb,
+        measured_s=measured_s,
+        predicted_s=predicted,
+        base_s=base_s,
+        s_per_gb_measured=slope,
+        s_per_gb_param=slope / scale if not moves_nothing else prior.s_per_gb,
+        base_status=ParamStatus.FITTED,
+        rate_status=rate_status,
+        base_stderr_s=stderrs[0],
+        rate_stderr_s_per_gb=stderrs[1] if rate_status is ParamStatus.FITTED else None,
+        reasons=reasons,
+        held_because=why,
+    )
+
+
+def _standard_errors(design: np.ndarray, residuals: np.ndarray) -> list[float | None]:
+    """OLS standard errors of the coefficients; None where the records leave no dof."""
+    n, p = design.shape
+    if n <= p:
+        return [None] * 2
+    sigma2 = float(residuals @ residuals) / (n - p)
+    try:
+        cov = sigma2 * np.linalg.inv(design.T @ design)
+    except np.linalg.LinAlgError:
+        return [None] * 2
+    errs = [float(np.sqrt(max(cov[i, i], 0.0))) for i in range(p)]
+    return errs + [None] * (2 - p)
+
+
+def _critical_path_check(
+    records: pd.DataFrame, params: ResizeCostParams, links: _Links, model: ModelConfig
+) -> CriticalPathCheck | None:
+    """Measured critical path of each resize (latest end of a critical phase, from the resize's
+    first start) against the fitted plan for that trace's model and the configured links."""
+    measured, predicted = [], []
+    template = model.model_dump()
+    for (_, _), resize in records.groupby(["trace_index", "resize_id"], sort=True):
+        critical = resize[resize["critical"]]
+        if critical.empty:
+            continue
+        strategy = StrategyName(resize["strategy"].iloc[0])
+        size = float(resize["model_params_b"].iloc[0])
+        plan = plan_resize(
+            strategy=strategy,
+            model=ModelConfig(**{**template, "num_params_b": size}),
+            params=params,
+            host_bandwidth_gbps=links.host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
+        )
+        measured.append(float(critical["end_s"].max() - resize["start_s"].min()))
+        predicted.append(plan.critical_s)
+    if not measured:
+        return None
+    return CriticalPathCheck(np.array(measured), np.array(predicted))
+
+
+class ResizeStageFitter:
+    """Plugs resize-phase fitting into `twin.fit.fit_costs(extra_fitters=...)`.
+
+    `fit_costs` hands fitters its merged steps only, so this one holds the traces itself; the
+    detailed per-phase result is kept in `.result` for the report.
+    """
+
+    def __init__(
+        self,
+        traces: Sequence[Trace],
+        *,
+        host_bandwidth_gbps: float,
+        interconnect_bandwidth_gbps: float,
+        require_determined: bool = False,
+    ) -> None:
+        self.traces = list(traces)
+        self.host_bandwidth_gbps = host_bandwidth_gbps
+        self.interconnect_bandwidth_gbps = interconnect_bandwidth_gbps
+        self.require_determined = require_determined
+        self.result: ResizeFit | None = None
+
+    def __call__(self, inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
+        fit = fit_resize_phases(
+            self.traces,
+            base=costs.resize,
+            model=inputs.model,
+            host_bandwidth_gbps=self.host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=self.interconnect_bandwidth_gbps,
+            require_determined=self.require_determined,
+        )
+        self.result = fit
+        params = {}
+        for p in fit.phases:
+            key = f"{p.strategy.value}.{p.phase.value}"
+            params[f"{key}.base_s"] = p.base_s
+            params[f"{key}.s_per_gb"] = p.s_per_gb_param
+        stage = StageFit(
+            stage="resize",
+            params=params,
+            measured_s=np.concatenate([p.measured_s for p in fit.phases]),
+            predicted_s=np.concatenate([p.predicted_s for p in fit.phases]),
+            assumptions=[r for p in fit.phases for r in p.reasons] + fit.notes,
+        )
+        return costs.model_copy(update={"resize": fit.params}), stage
+
+
+def has_resize_records(traces: Sequence[Trace]) -> bool:
+    return any(len(t.resizes) for t in traces)
