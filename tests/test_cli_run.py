@@ -194,3 +194,27 @@ def test_replay_without_trace_is_an_input_error(tmp_path):
     result = invoke("--mode", "replay", "--out", str(tmp_path / "o"))
     assert result.exit_code == 2
     assert "--trace" in result.output
+
+
+def test_sim_takes_the_workload_from_a_trace(example_run, tmp_path):
+    source, _ = example_run
+    out = tmp_path / "from-trace"
+    result = invoke(
+        "--config",
+        "example",
+        "--trace",
+        str(source),
+        "--policy",
+        "static",
+        "--steps",
+        "25",
+        "--out",
+        str(out),
+    )
+    assert result.exit_code == 0, result.output
+    steps = pd.read_parquet(out / "steps.parquet")
+    recorded = pd.read_parquet(source / "steps.parquet")
+    assert len(steps) == 25
+    assert json.loads((out / "config.json").read_text())["simulation"]["num_steps"] == 25
+    # The trace's per-step token counts carry over into the simulated steps.
+    assert (steps["num_samples"].to_numpy() == recorded["num_samples"].to_numpy()[:25]).all()
