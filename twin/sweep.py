@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .config import ConfigError, ScenarioConfig
 from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run
@@ -162,7 +162,7 @@ def _base_config(
     if trace_steps is not None:
         data["simulation"]["num_steps"] = trace_steps
     try:
-        return ScenarioConfig.model_validate(data)
+        return type(config).model_validate(data)
     except ValueError as err:
         raise ConfigError(f"workload {source.label}: {err}") from None
 

@@ -214,7 +214,7 @@ def apply_overrides(
         else:
             _set_path(data, path, value)
     try:
-        return ScenarioConfig.model_validate(data)
+        return type(config).model_validate(data)
     except ValidationError as err:
         shown = ", ".join(f"{k}={v}" for k, v in overrides.items())
         raise ConfigError(format_validation_error(err, f"sweep point {shown}")) from None
