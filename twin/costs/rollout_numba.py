@@ -48,23 +48,28 @@ def counts(prompt, response, starts, sizes, limited, concurrency):
         total_response = 0
         for j in range(lo, hi):
             total_prompt += prompt[j]
-            total_response += response[j]
         prompt_sum[c] = total_prompt
-        response_sum[c] = total_response
         if not limited or sizes[c] <= concurrency:
             longest = 0
             for j in range(lo, hi):
-                longest = max(longest, response[j])
+                length = response[j]
+                total_response += length
+                longest = max(longest, length)
             makespan[c] = longest
+            response_sum[c] = total_response
             continue
         for k in range(concurrency):
             heap[k] = response[lo + k]
+            total_response += heap[k]
         heap[:concurrency].sort()  # a sorted array is a valid min-heap
         for j in range(lo + concurrency, hi):
-            heap[0] += response[j]
+            length = response[j]
+            total_response += length
+            heap[0] += length  # the earliest-free slot takes the next sample
             sift_down(heap, concurrency)
         longest = 0
         for k in range(concurrency):
             longest = max(longest, heap[k])
         makespan[c] = longest
+        response_sum[c] = total_response
     return prompt_sum, makespan, response_sum
