@@ -159,3 +159,46 @@ def test_missing_bytes_use_the_model_state_size_and_unknown_phases_are_reported(
     assert any("rollout_drain was measured" in n for n in result.notes)
     configured = ResizeCostParams().stop_and_rebuild[PhaseName.POSTPROCESS]
     assert result.params.stop_and_rebuild[PhaseName.POSTPROCESS] == configured  # never measured
+
+
+def measured_cluster_config(tmp_path) -> str:
+    """The example scenario on the links the traces were generated with, as a YAML file."""
+    import yaml
+
+    scenario = load_scenario("example")
+    cluster = scenario.cluster.model_copy(
+        update={"host_bandwidth_gbps": HOST_GBPS, "intra_node_bandwidth_gbps": LINK_GBPS}
+    )
+    path = tmp_path / "measured.yaml"
+    data = scenario.model_copy(update={"cluster": cluster}).model_dump(mode="json")
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_calibrate_command_writes_fitted_resize_phases(tmp_path, three_sizes):
+    import yaml
+    from dynaresize.traces.io import write_trace
+    from typer.testing import CliRunner
+
+    from dynaresize.cli import app
+
+    config = measured_cluster_config(tmp_path)
+    paths = []
+    for i, trace in enumerate(three_sizes[::2]):  # stop-and-rebuild, one trace per model size
+        write_trace(tmp_path / f"t{i}", trace)
+        paths += ["--trace", str(tmp_path / f"t{i}")]
+    out = tmp_path / "costs.yaml"
+    runner = CliRunner()
+    result = runner.invoke(app, ["calibrate", *paths, "--config", config, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "resize critical path: median |error|" in result.output
+    written = yaml.safe_load(out.read_text())["resize"]["stop_and_rebuild"]
+    truth = true_params().stop_and_rebuild
+    for phase in (PhaseName.STATE_EXPORT, PhaseName.WEIGHT_RESTORE):
+        assert written[phase.value]["s_per_gb"] == pytest.approx(truth[phase].s_per_gb, rel=0.1)
+
+    refused = tmp_path / "refused.yaml"
+    args = ["calibrate", *paths[:2], "--config", config, "--out", str(refused)]
+    result = runner.invoke(app, [*args, "--require-resize-fit"])
+    assert result.exit_code == 2
+    assert "cannot determine" in result.output and not refused.exists()

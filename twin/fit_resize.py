@@ -78,6 +78,10 @@ class PhaseFit:
 
     @property
     def r2(self) -> float | None:
+        """Coefficient of determination of the two-parameter fit; None when only base_s was
+        fitted (a constant explains none of the variance by construction)."""
+        if self.rate_status is not ParamStatus.FITTED:
+            return None
         total = float(np.sum((self.measured_s - self.measured_s.mean()) ** 2))
         if self.num_records < 2 or total <= 0:
             return None
@@ -88,7 +92,7 @@ class PhaseFit:
         return float(np.sqrt(np.mean(self.residuals_s**2)))
 
     def describe(self) -> str:
-        r2 = "n/a" if self.r2 is None else f"{self.r2:.3f}"
+        r2 = "n/a (base only)" if self.r2 is None else f"{self.r2:.3f}"
         base = _with_error(self.base_s, self.base_stderr_s, "s")
         rate = _with_error(self.s_per_gb_measured, self.rate_stderr_s_per_gb, "s/GB")
         sizes = ", ".join(f"{g:.3g}" for g in np.unique(np.round(self.gb, 3)))

@@ -15,7 +15,8 @@ from dynaresize.commands.guard import user_errors
 def register(app: typer.Typer) -> None:
     app.command(
         "calibrate",
-        help="Fit rollout, training and weight-sync costs to traces; write a --costs YAML file.",
+        help="Fit rollout, training, weight-sync and resize-phase costs to traces; write a "
+        "--costs YAML file.",
     )(calibrate)
 
 
@@ -32,21 +33,41 @@ def calibrate(
         None, "--config", help="Scenario config or built-in name: model, links, base costs."
     ),
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
+    require_resize_fit: bool = typer.Option(
+        False,
+        "--require-resize-fit",
+        help="Refuse (exit 2) unless the traces determine every resize-phase parameter.",
+    ),
 ) -> None:
     from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.fit import fit_costs, fitted_overrides
+    from dynaresize.twin.fit import FitError, fit_costs, fitted_overrides
+    from dynaresize.twin.fit_resize import ResizeStageFitter, has_resize_records
     from dynaresize.twin.trace_source import open_trace, trace_notes
 
     with user_errors():
         traces = [open_trace(path, lenient=lenient) for path in trace]
         context = context_from_config(config, traces)
-        fit = fit_costs(
-            traces,
-            base=context.costs,
-            model=context.model,
-            rollout_tp_size=context.rollout_tp_size,
-            sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-        )
+        resize_fitter = None
+        if has_resize_records(traces):
+            resize_fitter = ResizeStageFitter(
+                traces,
+                host_bandwidth_gbps=context.scenario.cluster.host_bandwidth_gbps,
+                interconnect_bandwidth_gbps=context.sync_bandwidth_gbps,
+                require_determined=require_resize_fit,
+            )
+        elif require_resize_fit:
+            _refuse("no resize records in the traces: resize phases cannot be fitted")
+        try:
+            fit = fit_costs(
+                traces,
+                base=context.costs,
+                model=context.model,
+                rollout_tp_size=context.rollout_tp_size,
+                sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+                extra_fitters=[resize_fitter] if resize_fitter else [],
+            )
+        except FitError as err:
+            _refuse(str(err))
         header = [f"fitted by dynaresize calibrate from {', '.join(str(p) for p in trace)}"]
         header += fit.report_lines() + [f"assumed: {a}" for a in context.assumptions]
         _write_yaml_atomically(out, fitted_overrides(fit), header)
@@ -57,7 +78,22 @@ def calibrate(
         print(f"assumed: {line}")
     for line in fit.report_lines():
         print(line)
+    if resize_fitter is not None and resize_fitter.result is not None:
+        for line in resize_fitter.result.report_lines():
+            print(line)
+    else:
+        print("resize phases: no resize records in the traces; resize costs not calibrated")
     print(f"wrote {out}")
+
+
+def _refuse(message: str) -> None:
+    """A fit the traces cannot support: one line, exit code 2, nothing written."""
+    import sys
+
+    from dynaresize.commands.guard import INPUT_ERROR_EXIT_CODE
+
+    print(f"error: {message}", file=sys.stderr)
+    raise typer.Exit(INPUT_ERROR_EXIT_CODE)
 
 
 def _write_yaml_atomically(path: Path, data: dict, comments: list[str]) -> None:
