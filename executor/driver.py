@@ -34,11 +34,12 @@ from dynaresize.traces.schema import (
     SampleRecord,
     StepRecord,
 )
+from dynaresize.twin.config import ConfigError, ScenarioConfig
 
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
 from .cluster import Cluster, start
-from .config import LiveConfig, PipelineMode
+from .config import DeviceKind, LiveConfig, PipelineMode
 from .estimates import CandidateEstimator
 from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
@@ -94,11 +95,16 @@ def run_live(
         raise FileNotFoundError(costs)
     if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
         raise FileNotFoundError(live.replay_batches_from)
+    if address is None:
+        check_local_devices(live)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
     cluster = start(live, address=address)
-    driver = LiveSession(live, cluster, out, restored, Path(costs) if costs else None)
+    scenario = config if isinstance(config, ScenarioConfig) else None
+    driver = LiveSession(
+        live, cluster, out, restored, Path(costs) if costs else None, scenario=scenario
+    )
     try:
         return driver.run()
     except WorkerLostError as err:
@@ -107,6 +113,17 @@ def run_live(
     finally:
         driver.close()
         cluster.shutdown()
+
+
+def check_local_devices(live: LiveConfig) -> None:
+    """A local run on CUDA needs the GPUs it names; say so before Ray starts."""
+    if live.device is not DeviceKind.CUDA:
+        return
+    import torch
+
+    found = torch.cuda.device_count()
+    if found < live.num_gpus:
+        raise ConfigError(f"live.num_gpus: {live.num_gpus} CUDA devices asked, {found} found")
 
 
 class LiveSession:
@@ -122,8 +139,12 @@ class LiveSession:
         out: Path,
         restored: ckpt.Checkpoint | None,
         costs_path: Path | None,
+        *,
+        scenario: ScenarioConfig | None = None,
     ) -> None:
         self.live = live
+        self.scenario = scenario
+        """The twin's description of the same cluster and model (a run config), if given."""
         self.out = out
         self.restored = restored
         self.costs_path = costs_path
@@ -230,6 +251,7 @@ class LiveSession:
             num_params=self.numel,
             weight_bytes_per_param=weight_bytes,
             costs_path=self.costs_path,
+            scenario=self.scenario,
         )
         return str(infos[0]["device_name"])
 
@@ -268,11 +290,11 @@ class LiveSession:
                 weights_version=rt.weights_version,
             )
             end_s = rt.clock()
-            times = self._record_step(
+            self._record_step(
                 step, batch, reports, start_s, end_s, sync_s=end_s - sync_start, concurrent=pending
             )
             self.strategy.after_step(rt)
-            self._decide(step, times)
+            self._decide(step, batch)
             self._recorder().sync()
             completed = step + 1
             every = live.checkpoint_every_steps
@@ -445,7 +467,7 @@ class LiveSession:
 
     # --- decisions and resizes -----------------------------------------------------------
 
-    def _decide(self, step: int, times: StageTimes) -> None:
+    def _decide(self, step: int, last_batch: RolloutBatch) -> None:
         rt = self.runtime
         current = rt.topology.allocation
         if self.steps_since_resize is not None:
@@ -455,6 +477,7 @@ class LiveSession:
             current=current,
             recent=tuple(self.recent),
             measured_resize_s=tuple(self.measured_resize_s),
+            last_batch=last_batch,
         )
         obs = StepObservation(
             step=step,

@@ -1,15 +1,21 @@
-"""Per-candidate predictions for the policy's observation, from what this run has measured.
+"""Per-candidate predictions for the policy's observation.
 
-Stage times on another split are scaled from the recent measured ones by the ratio of GPUs in
-each role (rollout replicas split the prompts; trainers split the batch), which is what a
-data-parallel split does to first order. The resize cost is, in order of preference: the mean
-critical path of the resizes this run has measured (`measured`); the twin's resize cost model
-with the parameters of `--costs` (`calibrated`); the twin's model with its defaults (`model`).
+Stage times on each candidate split come from one of two sources:
+- with `--costs` and a run configuration that describes the cluster and model to the twin, the
+  twin's cost models (`twin.step_costs.stage_time_components`) applied to the per-sample lengths
+  of the batch just trained on, with the calibrated parameters;
+- otherwise the recent measured stage times, scaled by the ratio of GPUs in each role (rollout
+  replicas split the prompts; trainers split the batch), which is what a data-parallel split does
+  to first order.
+The resize cost is, in order of preference: the mean critical path of the resizes this run has
+measured (`measured`); the twin's resize cost model with the parameters of `--costs`
+(`calibrated`); the twin's model with its defaults (`model`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from dynaresize.policies.types import (
@@ -20,6 +26,7 @@ from dynaresize.policies.types import (
 )
 from dynaresize.traces.phases import StrategyName
 
+from .batch import RolloutBatch
 from .config import PipelineMode
 
 
@@ -35,9 +42,12 @@ class CandidateEstimator:
         num_params: int,
         weight_bytes_per_param: int,
         costs_path: Path | None,
+        scenario: Any | None = None,
     ) -> None:
         self.candidates = candidates
         self.pipeline = pipeline
+        self.scenario = scenario if costs_path is not None else None
+        self.costs = _load_costs(costs_path)
         self.model_critical_s, self.model_background_s, self.model_source = _twin_resize_cost(
             strategy=strategy,
             num_params=num_params,
@@ -51,11 +61,12 @@ class CandidateEstimator:
         current: Allocation,
         recent: tuple[StageTimes, ...],
         measured_resize_s: tuple[float, ...],
+        last_batch: RolloutBatch | None = None,
     ) -> tuple[CandidatePrediction, ...]:
-        on_current = [t for t in recent if t.allocation == current] or list(recent)
-        rollout_gpu_s = np.mean([t.rollout_s * t.allocation.rollout_gpus for t in on_current])
-        train_gpu_s = np.mean([t.train_s * t.allocation.train_gpus for t in on_current])
-        sync_s = float(np.mean([t.sync_s for t in on_current]))
+        if self.scenario is not None and last_batch is not None:
+            stages = self._twin_stages(last_batch)
+        else:
+            stages = self._scaled_stages(current, recent)
         if measured_resize_s:
             critical_s, background_s = float(np.mean(measured_resize_s)), 0.0
             source = CostSource.MEASURED
@@ -63,9 +74,7 @@ class CandidateEstimator:
             critical_s, background_s = self.model_critical_s, self.model_background_s
             source = self.model_source
         out = []
-        for cand in self.candidates:
-            rollout_s = rollout_gpu_s / cand.rollout_gpus
-            train_s = train_gpu_s / cand.train_gpus
+        for cand, (rollout_s, train_s, sync_s) in zip(self.candidates, stages, strict=True):
             if self.pipeline is PipelineMode.ONE_STEP_OFF:
                 step_s = max(rollout_s, train_s) + sync_s
             else:
@@ -82,6 +91,44 @@ class CandidateEstimator:
             )
         return tuple(out)
 
+    def _scaled_stages(
+        self, current: Allocation, recent: tuple[StageTimes, ...]
+    ) -> list[tuple[float, float, float]]:
+        on_current = [t for t in recent if t.allocation == current] or list(recent)
+        # GPU-seconds per step of each role: the work, whatever the split that did it
+        rollout_gpu_s = float(
+            np.mean([t.rollout_s * t.allocation.rollout_gpus for t in on_current])
+        )
+        train_gpu_s = float(np.mean([t.train_s * t.allocation.train_gpus for t in on_current]))
+        sync_s = float(np.mean([t.sync_s for t in on_current]))
+        return [
+            (rollout_gpu_s / c.rollout_gpus, train_gpu_s / c.train_gpus, sync_s)
+            for c in self.candidates
+        ]
+
+    def _twin_stages(self, batch: RolloutBatch) -> list[tuple[float, float, float]]:
+        from dynaresize.traces.workload import Workload
+        from dynaresize.twin.step_costs import stage_time_components
+
+        workload = Workload.from_steps([batch.prompt_lengths()], [batch.response_lengths()])
+        rollout, train, sync = stage_time_components(
+            workload,
+            candidates=self.candidates,
+            cluster=self.scenario.cluster,
+            model=self.scenario.model,
+            costs=self.costs,
+        )
+        return [
+            (float(rollout[0, c]), float(train[0, c]), float(sync[c]))
+            for c in range(len(self.candidates))
+        ]
+
+
+def _load_costs(costs_path: Path | None):
+    from dynaresize.twin.costs import CostModels, load_costs
+
+    return load_costs(costs_path) if costs_path is not None else CostModels()
+
 
 def _twin_resize_cost(
     *,
@@ -91,11 +138,10 @@ def _twin_resize_cost(
     costs_path: Path | None,
 ) -> tuple[float, float, CostSource]:
     """Critical path and slowdown of one resize of this model by the twin's resize cost model."""
-    from dynaresize.twin.costs import CostModels, load_costs
     from dynaresize.twin.costs.memory import ModelConfig
     from dynaresize.twin.costs.resize import plan_resize
 
-    costs = load_costs(costs_path) if costs_path is not None else CostModels()
+    costs = _load_costs(costs_path)
     model = ModelConfig(
         num_params_b=num_params / 1e9,
         weight_bytes_per_param=float(weight_bytes_per_param),

@@ -151,15 +151,16 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
     except ImportError:
         _not_available(Mode.LIVE)
     from dynaresize.config import load_run_config
+    from dynaresize.twin.config import ConfigError
     from dynaresize.twin.sim_run import default_out_dir
 
     with user_errors(config):
         if config is None:
-            raise ValueError("--mode live needs --config FILE with a `live:` section")
+            raise ConfigError("--mode live needs --config FILE with a `live:` section")
         if resume and out is None:
-            raise ValueError("--resume needs --out, the folder of the run to continue")
+            raise ConfigError("--resume needs --out, the folder of the run to continue")
         if len(policy) > 1:
-            raise ValueError("--mode live runs one policy; give --policy once")
+            raise ConfigError("--mode live runs one policy; give --policy once")
         live_overrides: dict = {}
         if steps is not None:
             live_overrides["num_steps"] = steps
@@ -174,7 +175,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
             overrides["live"] = live_overrides
         run_config = load_run_config(config, overrides=overrides)
         if run_config.live is None:
-            raise ValueError(f"{config}: --mode live needs a `live:` section in the config")
+            raise ConfigError(f"{config}: --mode live needs a `live:` section in the config")
         destination = out or default_out_dir(run_config.output.runs_dir)
         from dynaresize.executor.runtime import WorkerLostError
 
