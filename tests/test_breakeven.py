@@ -181,3 +181,21 @@ def test_breakeven_cli_bad_input(tmp_path):
     result = CliRunner().invoke(_cli(), ["breakeven", "--trace", str(bad)])
     assert result.exit_code == 2
     assert "error:" in result.output and "Traceback" not in result.output
+
+
+def test_breakeven_on_a_verl_log_with_the_paper_config():
+    from pathlib import Path
+
+    import dynaresize
+    from dynaresize.cli import app
+
+    path = Path(dynaresize.__file__).parent / "data" / "verl_one_step_off_example.jsonl"
+    args = ["breakeven", "--trace", str(path), "--config", "paper", "--job-steps", "1000"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    # the paper preset's overlapped resize stalls 187.2 s (facts.md, Exp#2)
+    assert "resize critical path: 187.2 s" in result.output
+    for line in result.output.splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[1] == "->" and parts[4] != "never":
+            assert float(parts[4]) == pytest.approx(187.2 / float(parts[3]), rel=0.01)
