@@ -38,7 +38,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prompts", type=int, default=16, help="prompts per step")
     parser.add_argument("--samples", type=int, default=8, help="samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--learning-rate", type=float, default=1e-2)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--minibatches", type=int, default=2)
     parser.add_argument("--tail-steps", type=int, default=10, help="steps pooled for lengths")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")

@@ -82,7 +82,7 @@ class RepeatTaskConfig(BaseModel):
         description="Largest required answer length (the Pareto tail is cut here).",
     )
     pareto_alpha: float = Field(
-        default=1.1,
+        default=0.8,
         gt=0,
         description="Tail index of the Pareto count distribution; smaller means a heavier tail.",
     )
