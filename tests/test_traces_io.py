@@ -370,3 +370,19 @@ def test_schema_doc_lists_every_field():
     for model in [*TABLES.values(), RunMeta]:
         for name in model.model_fields:
             assert f"| `{name}` |" in doc, f"{model.__name__}.{name} is not documented"
+
+
+def test_jsonl_writer_resumes_after_a_crash(tmp_path):
+    path = tmp_path / "live.jsonl"
+    with JsonlTraceWriter(path, meta=RunMeta(source="executor")) as writer:
+        for k in range(3):
+            writer.write(step_record(k, start_s=20.0 * k))
+    with open(path, "a") as f:
+        f.write('{"record":"step","step":3,"sta')  # killed mid-line
+    with JsonlTraceWriter(path) as writer:  # the run resumes appending to the same file
+        with pytest.raises(TraceError, match="step 2 after step 2"):
+            writer.write(step_record(2, start_s=40.0))
+        writer.write(step_record(3, start_s=60.0))
+    trace = read_trace(path, lenient=True)
+    assert list(trace.steps["step"]) == [0, 1, 2, 3]
+    assert len(trace.skipped) == 1 and trace.meta.source == "executor"

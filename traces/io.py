@@ -466,6 +466,30 @@ def _key_problem(obj: dict, model: type[BaseModel]) -> tuple[str, str] | None:
 # --- appending, for live runs -------------------------------------------------------------
 
 
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _last_step_in(path: Path) -> int | None:
+    """Highest step of the complete step records already in a JSONL trace (resuming a run)."""
+    last = None
+    with open(path, "rb") as f:
+        for raw in f:
+            if b'"step"' not in raw:
+                continue
+            try:
+                obj = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(obj, dict) and obj.get("record") == "step":
+                step = obj.get("step")
+                if isinstance(step, int) and (last is None or step > last):
+                    last = step
+    return last
+
+
 class JsonlTraceWriter:
     """Appends records to a JSONL trace, one line each, flushed and fsynced as written.
 
@@ -481,8 +505,11 @@ class JsonlTraceWriter:
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._last_step: int | None = None if fresh else _last_step_in(self.path)
+        cut_line = not fresh and not _ends_with_newline(self.path)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._last_step: int | None = None
+        if cut_line:  # a crash cut the last line: keep new records off it
+            self._file.write("\n")
         if fresh:
             meta = meta or RunMeta()
             self._append({"record": "meta", **meta.model_dump(mode="json")})
