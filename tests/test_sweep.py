@@ -3,6 +3,8 @@ determinism, resumption, shared baselines, the Ray path and the command line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 from dynaresize.twin import sweep as sweep_module
@@ -304,3 +306,53 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_calibrated_costs_change_the_runs_as_in_a_single_simulation(config, tmp_path):
+    import yaml
+    from dynaresize.twin.costs import load_costs
+
+    costs_path = tmp_path / "costs.yaml"
+    costs_path.write_text(yaml.safe_dump({"train": {"s_per_token_one_gpu": 0.0004}}))
+    plain = run_sweep(config, params=["policy.cooldown_steps=4"], jobs=1, progress=False)
+    costly = run_sweep(
+        config, params=["policy.cooldown_steps=4"], costs=costs_path, jobs=1, progress=False
+    )
+    assert costly["run_key"].iloc[0] != plain["run_key"].iloc[0]
+    calibrated = load_costs(costs_path, base=config.costs)
+    resolved = apply_overrides(
+        config.model_copy(update={"costs": calibrated}),
+        {"policy.cooldown_steps": 4},
+        policy_index=1,
+    )
+    direct = simulate(resolved, resolved.policies[1], costs=calibrated, seed=0).summary
+    assert costly["total_time_s"].iloc[0] == pytest.approx(direct.total_s, rel=1e-12)
+    assert costly["total_time_s"].iloc[0] != pytest.approx(plain["total_time_s"].iloc[0])
+
+
+def test_a_trace_supplies_the_workload_and_its_content_the_key(tmp_path):
+    from importlib.resources import files
+
+    shipped = Path(str(files("dynaresize") / "data" / "verl_one_step_off_example.jsonl"))
+    copy = tmp_path / "run.jsonl"
+    copy.write_bytes(shipped.read_bytes())
+    scenario = ScenarioConfig.model_validate(
+        {
+            **SMALL,
+            "cluster": {
+                **SMALL["cluster"],
+                "gpus_per_node": 8,
+                "candidate_topologies": ["5:3", "4:4", "3:5"],
+                "initial_allocation": "4:4",
+            },
+        }
+    )
+    kwargs = dict(params=["policy.cooldown_steps=0,6"], jobs=1, progress=False)
+    table = run_sweep(scenario, traces=[copy], **kwargs)
+    assert (table["workload"] == "run.jsonl").all()
+    assert (table["num_steps"] == 60).all()  # the trace's steps, not simulation.num_steps
+    lines = copy.read_text().splitlines()
+    copy.write_text("\n".join(lines[:-1]) + "\n")  # the same file name, one step fewer
+    shorter = run_sweep(scenario, traces=[copy], **kwargs)
+    assert (shorter["num_steps"] == 59).all()
+    assert set(shorter["run_key"]).isdisjoint(table["run_key"])

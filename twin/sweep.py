@@ -172,7 +172,8 @@ def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
         return None, None
     from .sweep_eval import trace_num_steps
 
-    return trace_num_steps(source.trace_path), _file_digest(Path(source.trace_path))
+    digest = _file_digest(Path(source.trace_path))
+    return trace_num_steps(source.trace_path, digest), digest
 
 
 def plan_sweep(
@@ -233,9 +234,16 @@ def _planned_run(
         policy_kind=str(getattr(policy.kind, "value", policy.kind)),
         source=source,
         seed=seed,
-        run=RunTask(run_key, baseline_key, run_config.model_dump_json(), source.trace_path, seed),
+        run=RunTask(
+            run_key,
+            baseline_key,
+            run_config.model_dump_json(),
+            source.trace_path,
+            seed,
+            trace_digest,
+        ),
         baseline=BaselineTask(
-            baseline_key, baseline_config.model_dump_json(), source.trace_path, seed
+            baseline_key, baseline_config.model_dump_json(), source.trace_path, seed, trace_digest
         ),
     )
 

@@ -35,6 +35,8 @@ class RunTask:
     """The resolved scenario, its `policies` holding exactly the policy to run."""
     trace_path: str | None
     seed: int
+    trace_digest: str | None = None
+    """Content hash of the trace: a trace edited in place is read again."""
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,21 @@ class BaselineTask:
     """The resolved scenario; its policies are ignored."""
     trace_path: str | None
     seed: int
+    trace_digest: str | None = None
 
 
 @functools.lru_cache(maxsize=4)
-def _trace_workload(trace_path: str) -> Workload:
+def _trace_workload(trace_path: str, trace_digest: str | None) -> Workload:
+    """The trace's workload, read once per process and content (the digest is the cache key's
+    guard against a file edited between two sweeps of one session)."""
     from .trace_source import open_trace, trace_workload
 
     workload, _notes = trace_workload(open_trace(trace_path))
     return workload
 
 
-def trace_num_steps(trace_path: str) -> int:
-    return _trace_workload(trace_path).num_steps
+def trace_num_steps(trace_path: str, trace_digest: str | None) -> int:
+    return _trace_workload(trace_path, trace_digest).num_steps
 
 
 _CONTEXTS: OrderedDict[str, SimContext] = OrderedDict()
@@ -64,7 +69,7 @@ CONTEXTS_KEPT = 4
 """Contexts a worker keeps: tasks come grouped by context, so a handful is plenty."""
 
 
-def _context(context_key: str, config: ScenarioConfig, trace_path: str | None, seed: int):
+def _context(context_key: str, config: ScenarioConfig, task: RunTask | BaselineTask):
     """Stage times of every step on every split, built once per worker and context key.
 
     The key is a hash of everything the context depends on (the config but its policies, the
@@ -73,8 +78,10 @@ def _context(context_key: str, config: ScenarioConfig, trace_path: str | None, s
     if context_key in _CONTEXTS:
         _CONTEXTS.move_to_end(context_key)
         return _CONTEXTS[context_key]
-    workload = _trace_workload(trace_path) if trace_path is not None else None
-    ctx = build_context(config, workload=workload, costs=config.costs, seed=seed)
+    workload = None
+    if task.trace_path is not None:
+        workload = _trace_workload(task.trace_path, task.trace_digest)
+    ctx = build_context(config, workload=workload, costs=config.costs, seed=task.seed)
     _CONTEXTS[context_key] = ctx
     while len(_CONTEXTS) > CONTEXTS_KEPT:
         _CONTEXTS.popitem(last=False)
@@ -84,7 +91,7 @@ def _context(context_key: str, config: ScenarioConfig, trace_path: str | None, s
 def evaluate_run(task: RunTask) -> dict[str, Any]:
     """Simulate one run; return its key and the measures the sweep table keeps."""
     config = ScenarioConfig.model_validate_json(task.config_json)
-    ctx = _context(task.context_key, config, task.trace_path, task.seed)
+    ctx = _context(task.context_key, config, task)
     result = simulate(config, config.policies[0], context=ctx)
     summary = result.summary
     return {
@@ -103,7 +110,7 @@ def evaluate_run(task: RunTask) -> dict[str, Any]:
 def evaluate_baseline(task: BaselineTask) -> dict[str, Any]:
     """Total time of every static split, the best of them, and the offline-optimal bound."""
     config = ScenarioConfig.model_validate_json(task.config_json)
-    ctx = _context(task.key, config, task.trace_path, task.seed)
+    ctx = _context(task.key, config, task)
     baselines = ctx.baselines
     optimum = optimum_of_context(ctx)
     return {
