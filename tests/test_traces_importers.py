@@ -105,6 +105,20 @@ def test_verl_one_step_off_matches_hand_arithmetic(tmp_path):
     assert "1 records without timing_s/step" in notes and "num_samples inferred" in notes
 
 
+def test_verl_one_step_off_validation_time_sits_between_steps(tmp_path):
+    lines = [{"step": k + 1, "data": verl_data(k, one_step_off=True)} for k in range(3)]
+    lines[1]["data"]["timing_s/testing"] = 12.5
+    write_verl(tmp_path / "r.jsonl", one_step_off=True, lines=lines)
+    steps = import_trace(tmp_path / "r.jsonl").steps
+    step_s = [WAIT[k] + SYNC[k] + TRAIN[k] for k in range(3)]
+    np.testing.assert_allclose(steps["start_s"], [0.0, step_s[0], step_s[0] + step_s[1] + 12.5])
+    np.testing.assert_allclose(steps["end_s"] - steps["start_s"], step_s)
+    lines[1]["data"]["timing_s/save_checkpoint"] = "slow"
+    write_verl(tmp_path / "b.jsonl", one_step_off=True, lines=lines)
+    with pytest.raises(TraceError, match="line 2, field 'timing_s/save_checkpoint'"):
+        import_trace(tmp_path / "b.jsonl")
+
+
 def test_verl_colocated_and_gpu_count_inference(tmp_path):
     path = tmp_path / "run.jsonl"
     write_verl(path, one_step_off=False)

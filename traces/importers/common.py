@@ -125,14 +125,23 @@ def device_roles(train_gpus: int, rollout_gpus: int) -> list[str]:
     return ["train"] * train_gpus + ["rollout"] * rollout_gpus
 
 
-def steps_frame(columns: dict[str, np.ndarray | list], *, source: str) -> pd.DataFrame:
+def steps_frame(
+    columns: dict[str, np.ndarray | list],
+    *,
+    source: str,
+    gap_after_s: np.ndarray | None = None,
+) -> pd.DataFrame:
     """Schema-checked steps table from importer-derived columns (a failure here is a bug in the
-    derivation or a log whose numbers contradict each other; either way it names the step)."""
+    derivation or a log whose numbers contradict each other; either way it names the step).
+
+    Steps follow each other on the clock, each separated from the next by `gap_after_s` (work a
+    log timed outside its step timer, such as validation), or by nothing."""
     n = len(columns["step"])
     if n == 0:
         return empty_frame(StepRecord)
     step_s = np.asarray(columns["step_s"], float)
-    start = np.concatenate([[0.0], np.cumsum(step_s)[:-1]])
+    gaps = np.zeros(n) if gap_after_s is None else np.asarray(gap_after_s, float)
+    start = np.concatenate([[0.0], np.cumsum(step_s + gaps)[:-1]])
     frame = pd.DataFrame(
         {
             "step": np.asarray(columns["step"], np.int64),

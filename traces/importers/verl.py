@@ -92,8 +92,7 @@ def import_verl(
     notes = [
         f"imported from verl's file logger ({mode.value} run"
         + (", detected from its keys)" if options.pipeline_mode is None else ", as told)"),
-        "trace step = verl step - 1; start_s/end_s are the running sum of timing_s/step "
-        "(time outside the step timer is not in the log)",
+        "trace step = verl step - 1; start_s/end_s are the running sum of timing_s/step",
         "response_len_p50 and response_len_p99 are not logged by verl: set to the mean and the "
         "max response length",
     ]
@@ -108,7 +107,8 @@ def import_verl(
         options, _inferred_gpu_count(values), colocated=colocated, notes=notes
     )
     columns = _columns(values, mode, train, rollout, options, notes)
-    steps = steps_frame(columns, source=str(path))
+    gaps = _untimed_gaps(values["rows"], mode, notes)
+    steps = steps_frame(columns, source=str(path), gap_after_s=gaps)
     extras = extras_frame(
         [
             (row.verl_step - 1, key, value)
@@ -243,6 +243,8 @@ def _row_values(data: dict, mode: PipelineMode, options: ImportOptions) -> dict:
         raise BadValue("response_length/mean", "zero mean lengths: the batch size is unknowable")
     else:
         num_samples = round(tokens / per_sample)
+    for key in GAP_KEYS:
+        number(data, key, required=False)  # a bad value names its line here
     throughput = number(data, "perf/throughput", required=False)
     time_per_step = number(data, "perf/time_per_step", required=False) or step_s
     gpus_implied = tokens / (throughput * time_per_step) if throughput and time_per_step else np.nan
@@ -257,6 +259,30 @@ def _row_values(data: dict, mode: PipelineMode, options: ImportOptions) -> dict:
         "resp_max": resp_max,
         "gpus_implied": gpus_implied,
     }
+
+
+GAP_KEYS = ("timing_s/testing", "timing_s/save_checkpoint")
+"""Work the one-step-off trainer times after its step timer has stopped."""
+
+
+def _untimed_gaps(rows: list[_VerlRow], mode: PipelineMode, notes: list[str]) -> np.ndarray:
+    """Seconds between one step's end and the next one's start that the log accounts for."""
+    if mode is not PipelineMode.ONE_STEP_OFF:
+        notes.append("time outside timing_s/step, if any, is not in the log: steps are abutted")
+        return np.zeros(len(rows))
+    gaps = np.array(
+        [sum(_gap_value(row.data, key) for key in GAP_KEYS) for row in rows], dtype=float
+    )
+    notes.append(
+        "one-step-off validation and checkpointing run after the step timer: "
+        "timing_s/testing and timing_s/save_checkpoint are added between steps"
+        + (f" ({gaps.sum():.1f} s in all)" if gaps.any() else " (none logged)")
+    )
+    return gaps
+
+
+def _gap_value(data: dict, key: str) -> float:
+    return number(data, key, required=False) or 0.0  # already checked by _row_values
 
 
 def _inferred_gpu_count(values: dict) -> int | None:
