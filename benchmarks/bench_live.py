@@ -49,14 +49,14 @@ def live_fields(device: str) -> dict:
             "torch_threads_per_worker": 3,
             "initial_allocation": "2:2",
             "candidate_allocations": ["3:1", "2:2", "1:3"],
-            "num_steps": 7,
+            "num_steps": 6,
             "prompts_per_step": 32,
             "samples_per_prompt": 4,
             "max_response_tokens": 128,
             "micro_batch_samples": 32,
             "optimizer": {"lr": 1e-5},
             "task": {"max_count": 120},
-            "policy": {"kind": "scheduled", "schedule": "1@3:1;3@1:3;5@2:2"},
+            "policy": {"kind": "scheduled", "schedule": "1@3:1;3@1:3"},
             "checkpoint_every_steps": None,
         }
     return {
@@ -184,13 +184,14 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", default=None, help="File name tag (default: h200 or cpu).")
+    parser.add_argument("--run-dir", type=Path, default=None, help="Run folder (default: temp).")
     args = parser.parse_args()
 
     from dynaresize.executor.config import LiveConfig
     from dynaresize.executor.driver import run_live
 
     config = LiveConfig.model_validate(live_fields(args.device))
-    run_dir = Path(tempfile.mkdtemp(prefix="bench_live_"))
+    run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="bench_live_"))
     start = time.perf_counter()
     run_live(config, out_dir=run_dir)
     wall_s = time.perf_counter() - start
