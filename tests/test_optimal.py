@@ -168,3 +168,21 @@ def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
     assert result.summary.num_resizes == optimum.num_resizes
     assert optimum.total_s - 1e-6 <= result.summary.total_s
     assert result.summary.total_s <= optimum.total_s + optimum.num_resizes * background_s + 1e-6
+
+
+def test_regret_rows_for_simulated_runs():
+    from dynaresize.twin.optimal import optimum_of_context, regret_rows
+    from dynaresize.twin.simulate import build_context, simulate
+
+    config = _scenario(30)
+    context = build_context(config)
+    results = [
+        simulate(config, p, context=context) for p in ({"kind": "static"}, {"kind": "greedy"})
+    ]
+    rows = regret_rows(results)
+    optimum = optimum_of_context(context).total_s
+    assert [r["policy"] for r in rows] == ["static", "greedy"]
+    for row, result in zip(rows, results, strict=True):
+        assert row["offline_optimal_s"] == pytest.approx(optimum)
+        assert row["regret_s"] == pytest.approx(result.summary.total_s - optimum)
+        assert row["regret_s"] >= -1e-6

@@ -201,3 +201,28 @@ def regret_of_run(total_s: float, context) -> Regret:
     return Regret(
         policy_total_s=float(total_s), optimal_total_s=optimum_of_context(context).total_s
     )
+
+
+def regret_rows(results) -> list[dict]:
+    """One row per simulated run (`twin.simulate.SimResult`, all on one context): the policy, its
+    total, the offline optimum of that context and the regret, for a summary table.
+
+    The optimum is computed once per distinct context.
+    """
+    rows = []
+    optima: dict[int, float] = {}
+    for result in results:
+        key = id(result.context)
+        if key not in optima:
+            optima[key] = optimum_of_context(result.context).total_s
+        regret = Regret(policy_total_s=result.summary.total_s, optimal_total_s=optima[key])
+        rows.append(
+            {
+                "policy": result.summary.policy,
+                "total_s": regret.policy_total_s,
+                "offline_optimal_s": regret.optimal_total_s,
+                "regret_s": regret.regret_s,
+                "regret_pct": 100 * regret.regret_fraction,
+            }
+        )
+    return rows
