@@ -117,3 +117,28 @@ def test_policy_object_is_reset_before_reuse():
     first = simulate(cfg, policy)
     second = simulate(cfg, policy)
     pd.testing.assert_frame_equal(first.decisions, second.decisions)
+
+
+def test_observations_equal_validated_ones():
+    """The pipeline builds observations without validation; they must be what validation gives."""
+    from dynaresize.policies.types import Decision, StepObservation
+
+    class Recorder:
+        def __init__(self):
+            self.seen = []
+
+        def decide(self, obs):
+            self.seen.append(obs)
+            return Decision.hold("record")
+
+        def reset(self):
+            self.seen = []
+
+    recorder = Recorder()
+    simulate(scenario(), recorder)
+    assert len(recorder.seen) == 29
+    for obs in recorder.seen[::7]:
+        again = StepObservation.model_validate(obs.model_dump())
+        assert again == obs
+        assert again.candidates == obs.candidates and again.recent == obs.recent
+        assert obs.candidate(obs.allocation).predicted_resize_critical_s == 0.0

@@ -157,8 +157,7 @@ def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.n
 
 
 def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
-    cols: dict[str, object] = {k: np.asarray(v) for k, v in records.steps.items()}
-    cols["device_roles"] = records.steps["device_roles"]
+    cols: dict[str, object] = dict(records.steps)
     lo, hi, step_s = cols["start_s"], cols["end_s"], cols["step_s"]
     busy_train = _busy_between(records.train_intervals, lo, hi)
     busy_rollout = _busy_between(records.rollout_intervals, lo, hi)
