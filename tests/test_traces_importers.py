@@ -209,6 +209,16 @@ def test_verl_structure_errors_and_lenient(tmp_path):
         import_trace(tmp_path / "e.jsonl")
 
 
+def test_verl_batch_size_given_and_tokens_inferred(tmp_path):
+    lines = [{"step": k + 1, "data": verl_data(k, one_step_off=True)} for k in range(2)]
+    del lines[1]["data"]["perf/total_num_tokens"]
+    write_verl(tmp_path / "r.jsonl", one_step_off=True, lines=lines)
+    trace = import_trace(tmp_path / "r.jsonl", options=ImportOptions(num_samples_per_step=128))
+    assert list(trace.steps["num_samples"]) == [128, 128]
+    assert list(trace.steps["tokens"]) == [TOKENS, round(128 * (PROMPT_MEAN + RESP_MEAN))]
+    assert any(n.startswith("tokens inferred") for n in trace.meta.notes)
+
+
 def test_verl_inconsistent_gpu_options(tmp_path):
     write_verl(tmp_path / "r.jsonl", one_step_off=True)
     with pytest.raises(TraceError, match="num_gpus 16 differs"):

@@ -170,7 +170,9 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
             problems.add(
                 outside,
                 spec.name,
-                lambda i: f"unknown value {vals[i]!r}; expected one of {sorted(spec.choices)}",
+                lambda i: (
+                    f"unknown value {vals[i]!r}; expected one of {sorted(spec.choices or ())}"
+                ),
             )
         return pd.Series(out, index=col.index, dtype=object)
     return _check_roles(col, spec, problems)

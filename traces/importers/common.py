@@ -84,6 +84,13 @@ def number(record: dict, key: str, *, required: bool) -> float | None:
     return value
 
 
+def required_number(record: dict, key: str) -> float:
+    """Like `number`, for a key the record must have."""
+    value = number(record, key, required=True)
+    assert value is not None  # number() raised BadValue otherwise
+    return value
+
+
 def split_gpus(
     options: ImportOptions, inferred_total: int | None, *, colocated: bool, notes: list[str]
 ) -> tuple[int, int, int]:
@@ -177,6 +184,7 @@ __all__ = [
     "device_roles",
     "extras_frame",
     "number",
+    "required_number",
     "split_gpus",
     "steps_frame",
 ]

@@ -227,7 +227,8 @@ def _parse(
         rows_used.append(idx)
         values["step"].append(step)
         for q in resolved:
-            values[q].append(np.nan if row[q] is None else row[q])
+            cell = row[q]
+            values[q].append(np.nan if cell is None else cell)
     return values, rows_used, num_blank
 
 
@@ -283,7 +284,7 @@ def _derive(
     if "rollout_s" in col:
         rollout = col["rollout_s"] * scale
     else:
-        rollout = np.nan_to_num(wait)
+        rollout = np.nan_to_num(wait if wait is not None else np.zeros(n))
         notes.append(
             "no rollout-duration column: rollout_s = the trainer's wait for data, a lower bound "
             "on generation time"

@@ -37,6 +37,7 @@ from .common import (
     device_roles,
     extras_frame,
     number,
+    required_number,
     split_gpus,
     steps_frame,
 )
@@ -189,7 +190,8 @@ def _extract(
     rows: list[_VerlRow], mode: PipelineMode, options: ImportOptions, problems: LineProblems
 ) -> dict:
     """Per-row numbers, each checked; a bad row is reported (strict) or dropped (lenient)."""
-    kept, out = [], {k: [] for k in _FIELDS}
+    kept: list[_VerlRow] = []
+    out: dict[str, list[float]] = {k: [] for k in _FIELDS}
     for row in rows:
         try:
             values = _row_values(row.data, mode, options)
@@ -199,7 +201,7 @@ def _extract(
         kept.append(row)
         for key in _FIELDS:
             out[key].append(values[key])
-    result = {k: np.asarray(v, dtype=float) for k, v in out.items()}
+    result: dict = {k: np.asarray(v, dtype=float) for k, v in out.items()}
     result["rows"] = kept
     return result
 
@@ -214,35 +216,43 @@ _FIELDS = (
     "resp_mean",
     "resp_max",
     "gpus_implied",
+    "tokens_logged",
 )
 
 
 def _row_values(data: dict, mode: PipelineMode, options: ImportOptions) -> dict:
-    step_s = number(data, "timing_s/step", required=True)
-    gen_s = number(data, "timing_s/gen", required=True)
+    step_s = required_number(data, "timing_s/step")
+    gen_s = required_number(data, "timing_s/gen")
     if mode is PipelineMode.ONE_STEP_OFF:
-        sync_s = number(data, "timing_s/sync_rollout_weights", required=True)
+        sync_s = required_number(data, "timing_s/sync_rollout_weights")
         generate_async_s = number(data, "timing_s/generate_async", required=False)
     else:
         sync_s = number(data, "timing_s/update_weights", required=False) or 0.0
         generate_async_s = None
-    resp_mean = number(data, "response_length/mean", required=True)
-    resp_max = number(data, "response_length/max", required=True)
+    resp_mean = required_number(data, "response_length/mean")
+    resp_max = required_number(data, "response_length/max")
     if resp_max < resp_mean:
         raise BadValue("response_length/max", f"{resp_max} is below the mean {resp_mean}")
-    tokens = number(data, "perf/total_num_tokens", required=options.num_samples_per_step is None)
-    prompt_mean = number(data, "prompt_length/mean", required=options.num_samples_per_step is None)
-    per_sample = (prompt_mean or 0.0) + resp_mean
-    if options.num_samples_per_step is not None:
+    if options.num_samples_per_step is None:
+        tokens = required_number(data, "perf/total_num_tokens")
+        tokens_logged = True
+        per_sample = required_number(data, "prompt_length/mean") + resp_mean
+        if per_sample <= 0:
+            raise BadValue(
+                "response_length/mean", "zero mean lengths: the batch size is unknowable"
+            )
+        num_samples = round(tokens / per_sample)
+    else:
         num_samples = options.num_samples_per_step
-        if tokens is None:
+        logged_tokens = number(data, "perf/total_num_tokens", required=False)
+        tokens_logged = logged_tokens is not None
+        if logged_tokens is None:
+            prompt_mean = number(data, "prompt_length/mean", required=False)
             if prompt_mean is None:
                 raise BadValue("prompt_length/mean", "missing; needed to infer total tokens")
-            tokens = round(num_samples * per_sample)
-    elif per_sample <= 0:
-        raise BadValue("response_length/mean", "zero mean lengths: the batch size is unknowable")
-    else:
-        num_samples = round(tokens / per_sample)
+            tokens = float(round(num_samples * (prompt_mean + resp_mean)))
+        else:
+            tokens = logged_tokens
     for key in GAP_KEYS:
         number(data, key, required=False)  # a bad value names its line here
     throughput = number(data, "perf/throughput", required=False)
@@ -258,6 +268,7 @@ def _row_values(data: dict, mode: PipelineMode, options: ImportOptions) -> dict:
         "resp_mean": resp_mean,
         "resp_max": resp_max,
         "gpus_implied": gpus_implied,
+        "tokens_logged": float(tokens_logged),
     }
 
 
@@ -314,7 +325,7 @@ def _columns(
             "num_samples inferred as perf/total_num_tokens / (prompt_length/mean + "
             "response_length/mean)"
         )
-    elif np.isnan(values["tokens"]).any():
+    if not values["tokens_logged"].all():
         notes.append("tokens inferred as num_samples x (prompt_length/mean + response_length/mean)")
     if mode is PipelineMode.COLOCATED:
         rollout_s = gen_s
