@@ -398,11 +398,17 @@ def _read_jsonl(path: Path, *, lenient: bool) -> Trace:
                 continue
             table = RECORD_TAGS.get(tag) if isinstance(tag, str) else None
             if table is None:
+                hint = (
+                    " (this looks like verl's file logger: read it with "
+                    "dynaresize.traces.importers.import_trace)"
+                    if tag is None and {"step", "data"} <= obj.keys()
+                    else ""
+                )
                 bad(
                     line_no,
                     "?",
                     "record",
-                    f"unknown record type {tag!r}; expected one of {['meta', *RECORD_TAGS]}",
+                    f"unknown record type {tag!r}; expected one of {['meta', *RECORD_TAGS]}" + hint,
                 )
                 continue
             problem = _key_problem(obj, TABLES[table])
