@@ -27,15 +27,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 COMPILE_SNIPPET = """
 import time, numpy as np
-t0 = time.perf_counter()
+t0 = time.process_time()
 from dynaresize.twin.costs import rollout_kernels
 kernel = rollout_kernels._numba_kernel()
-t1 = time.perf_counter()
+t1 = time.process_time()
 a = np.arange(8, dtype=np.int64)
 kernel(a, a, np.array([0], np.int64), np.array([8], np.int64), True, 2)
-t2 = time.perf_counter()
+t2 = time.process_time()
 kernel(a, a, np.array([0], np.int64), np.array([8], np.int64), True, 2)
-t3 = time.perf_counter()
+t3 = time.process_time()
 print((t2 - t1) - (t3 - t2))
 """
 
@@ -121,11 +121,11 @@ def main() -> None:
         numba_s = timed(lambda: all_candidates(KernelBackend.NUMBA), args.repeats)
         numpy_s = timed(lambda: all_candidates(KernelBackend.NUMPY), max(1, args.repeats // 2))
         reference_steps = min(50, args.steps)
-        start = time.perf_counter()
+        start = time.process_time()
         for k in range(reference_steps):
             for n in replicas:
                 rollout_stage_s(*workload.step(k), num_replicas=n, params=params)
-        reference_s = (time.perf_counter() - start) * args.steps / reference_steps
+        reference_s = (time.process_time() - start) * args.steps / reference_steps
         simulate(config, {"kind": "static"})  # warm imports and caches
         generate_s = timed(lambda c=config: generate_workload(c.workload, args.steps, 0), 3)
         context_s = timed(lambda c=config, w=workload: build_context(c, workload=w), 3)
