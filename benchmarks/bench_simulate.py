@@ -6,6 +6,8 @@ the rollout model is compiled; the first call's time is reported separately as c
 - example_context_s / example_simulate_s: `build_context` (every stage time on every candidate)
   and `simulate` of one policy for the built-in example (target: simulate() of the example < 1 s,
   context included);
+- first_call_incl_compile_s: the first simulate() in a process, which loads (or, when the disk
+  cache misses, compiles) the numba rollout kernel;
 - big_*: a 1000-step, 512-samples-per-step, 8-GPU run of one policy (hysteresis), with the default
   KV-limited rollout model and with unlimited concurrency; `big_*_pipeline_s` is the per-policy
   part (SimPy pipeline, observations, policy calls, record tables) given the context;
@@ -62,9 +64,9 @@ def main() -> None:
     example = load_run_config("example")
     policy = example.policies[0]
 
-    start = time.perf_counter()
+    start = time.process_time()
     simulate(example, policy)
-    figures["first_call_incl_compile_s"] = time.perf_counter() - start
+    figures["first_call_incl_compile_s"] = time.process_time() - start
 
     figures["example_context_s"] = best_of(lambda: build_context(example))
     ctx = build_context(example)
@@ -113,12 +115,17 @@ def main() -> None:
         print(f"{key:>32}: {value:8.3f} s")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"cpu_count": os.cpu_count(), "python": sys.version.split()[0]}
+    meta = {
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "load_average_1min": os.getloadavg()[0],
+    }
     (out / "simulate.json").write_text(json.dumps({"figures_s": figures, **meta}, indent=2) + "\n")
     rows = "\n".join(f"| {k} | {v:.3f} |" for k, v in figures.items())
     (out / "simulate.md").write_text(
         "# simulate() and CLI timings\n\n"
-        f"`python benchmarks/bench_simulate.py` on {meta['cpu_count']} cores, Python "
+        f"`python benchmarks/bench_simulate.py` on {meta['cpu_count']} cores (load average "
+        f"{meta['load_average_1min']:.1f} while measuring), Python "
         f"{meta['python']}; CPU seconds, least of {REPEATS} repeats (3 for the 1000-step "
         "runs); the CLI rows give wall time and CPU time of a fresh process.\n\n"
         "| figure | seconds |\n|---|---:|\n" + rows + "\n"
