@@ -49,7 +49,7 @@ def live_fields(device: str) -> dict:
             "torch_threads_per_worker": 3,
             "initial_allocation": "2:2",
             "candidate_allocations": ["3:1", "2:2", "1:3"],
-            "num_steps": 6,
+            "num_steps": 5,
             "prompts_per_step": 32,
             "samples_per_prompt": 4,
             "max_response_tokens": 128,

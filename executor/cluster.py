@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,25 @@ def worker_env() -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def _cwd_seen_by_workers() -> Iterator[None]:
+    """Ray puts the driver's working directory first on every worker's import path. When the
+    repository runs uninstalled (tools/devpath.py), its root holds a `dynaresize/` folder without
+    the subpackages, which would shadow the link tree the driver imports from; starting Ray from
+    the link tree's root makes the workers import exactly what the driver imports."""
+    if os.environ.get("DYNARESIZE_DEVPATH") != "1":
+        yield
+        return
+    import dynaresize
+
+    before = os.getcwd()
+    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(dynaresize.__file__))))
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def connect(*, address: str | None, config: LiveConfig) -> bool:
     """Join `address`, reuse a Ray session already started in this process, or start one.
 
@@ -48,19 +68,21 @@ def connect(*, address: str | None, config: LiveConfig) -> bool:
         return False
     runtime_env = {"env_vars": worker_env()}
     if address is not None:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        with _cwd_seen_by_workers():
+            ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return True
     num_cpus = max(int(os.cpu_count() or 1), int(config.num_workers * config.cpus_per_worker) + 1)
     kwargs: dict[str, Any] = {"num_cpus": num_cpus}
     if config.device is DeviceKind.CUDA:
         kwargs["num_gpus"] = config.num_gpus
-    ray.init(
-        _node_ip_address="127.0.0.1",
-        include_dashboard=False,
-        runtime_env=runtime_env,
-        log_to_driver=True,
-        **kwargs,
-    )
+    with _cwd_seen_by_workers():
+        ray.init(
+            _node_ip_address="127.0.0.1",
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=True,
+            **kwargs,
+        )
     return True
 
 
