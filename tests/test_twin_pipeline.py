@@ -8,6 +8,8 @@ import pytest
 from dynaresize.traces.phases import PhaseName
 from dynaresize.twin.simulate import build_context, simulate
 from dynaresize.twin.step_costs import step_time_matrix
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from twin_scenarios import scenario
 
 MODES = [
@@ -57,6 +59,12 @@ def test_invariants_under_many_resizes(mode_config):
         assert len(roles) == total and list(roles).count("train") == train
     # A step lasts at least as long as its training stage and sync (and, in sync mode, rollout).
     assert (steps["step_s"] >= steps["train_s"] + steps["sync_s"] - 1e-9).all()
+    if mode_config.pipeline.mode.value == "one_step_off":
+        # ... and at least as long as the rollout of the next batch, which it overlaps.
+        next_rollout = steps["rollout_s"].to_numpy()[1:]
+        assert (
+            steps["step_s"].to_numpy()[:-1] >= next_rollout + steps["sync_s"].to_numpy()[:-1] - 1e-9
+        ).all()
     if mode_config.pipeline.mode.value == "sync":
         assert (
             steps["step_s"] >= steps["rollout_s"] + steps["train_s"] + steps["sync_s"] - 1e-9
@@ -130,3 +138,36 @@ def test_async_resize_drains_or_aborts_the_batch_in_flight(in_flight):
         assert span == 0
         assert np.isclose(result.summary.resize_time_s, result.context.plan.critical_s)
     assert result.steps["rollout_batch_id"].tolist() == list(range(cfg.simulation.num_steps))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mode=st.sampled_from(["sync", "one_step_off", "async"]),
+    staleness=st.integers(0, 3),
+    in_flight=st.sampled_from(["drain", "abort"]),
+    seed=st.integers(0, 10_000),
+    schedule=st.lists(st.sampled_from(["6:2", "5:3", "4:4", "3:5"]), min_size=1, max_size=4),
+)
+def test_random_schedules_keep_every_invariant(mode, staleness, in_flight, seed, schedule):
+    cfg = scenario(
+        pipeline={"mode": mode, "max_staleness_steps": staleness, "in_flight": in_flight},
+        simulation={"num_steps": 12, "seed": seed},
+        workload={"samples_per_step": 8},
+    )
+    plan = ";".join(f"{2 * i + 1}@{split}" for i, split in enumerate(schedule))
+    result = simulate(cfg, {"kind": "scheduled", "schedule": plan})
+    steps = result.steps
+    assert steps["rollout_batch_id"].tolist() == list(range(12))
+    assert (steps["train_gpus"] + steps["rollout_gpus"] == 8).all()
+    assert (steps["step_s"] >= steps["train_s"] + steps["sync_s"] - 1e-9).all()
+    staleness_seen = steps["step"] - steps["rollout_weights_version"]
+    bound = {"sync": 0, "one_step_off": 1, "async": staleness}[mode]
+    assert staleness_seen.between(0, bound).all()
+    gaps = steps["start_s"].to_numpy()[1:] - steps["end_s"].to_numpy()[:-1]
+    assert (gaps >= -1e-9).all() and np.isclose(gaps.sum(), result.summary.resize_time_s)
+    # Every resize lands on its target: the split after it is the scheduled one.
+    for rid, group in result.resizes.groupby("resize_id"):
+        after = steps[steps["resize_id"] == rid]
+        assert len(after) == 1
+        target = group["to_allocation"].iloc[0]
+        assert f"{after['train_gpus'].iloc[0]}:{after['rollout_gpus'].iloc[0]}" == target
