@@ -294,6 +294,7 @@ class LiveSession:
                 step, batch, reports, start_s, end_s, sync_s=end_s - sync_start, concurrent=pending
             )
             self.strategy.after_step(rt)
+            self._record_background(self.strategy.pop_background_phases())
             self._decide(step, batch)
             self._recorder().sync()
             completed = step + 1
@@ -534,10 +535,34 @@ class LiveSession:
             )
             for p in phases
         )
+        self._last_resize = (resize_id, step, old.allocation.label, target.label)
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0
         self._resize_before_step = resize_id
+
+    _last_resize: tuple[int, int, str, str] | None = None
+
+    def _record_background(self, phases: list) -> None:
+        """Phases a strategy overlapped with the step after its resize, once they have ended."""
+        if not phases or self._last_resize is None:
+            return
+        resize_id, step, before, after = self._last_resize
+        self._recorder().write(
+            ResizePhaseRecord(
+                resize_id=resize_id,
+                step=step,
+                phase=p.phase,
+                strategy=self.strategy.record_name,
+                from_allocation=before,
+                to_allocation=after,
+                start_s=p.start_s,
+                end_s=p.end_s,
+                critical=p.critical,
+                bytes_moved=p.bytes_moved,
+            )
+            for p in phases
+        )
 
     # --- checkpoints ---------------------------------------------------------------------
 

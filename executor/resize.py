@@ -84,6 +84,10 @@ class ResizeStrategy(ABC):
     def before_train(self, runtime: Runtime) -> None:  # noqa: B027 - optional hook
         """Called before every training step: finish whatever the update is about to read."""
 
+    def pop_background_phases(self) -> list[PhaseTiming]:
+        """Background phases that ended since the last call (the driver records them)."""
+        return []
+
     @abstractmethod
     def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
         """Move the workers from `runtime.topology` to `target`; set `runtime.topology`."""

@@ -24,13 +24,14 @@ from .batch import RolloutSample
 from .config import DeviceKind, LiveConfig
 from .rollout import RolloutReport, RolloutRole
 from .shards import ShardLayout, ShardState, recut
+from .strategies.agent import FastResizeWorker
 from .topology import Topology
 from .trainer import TrainerRole, TrainReport, flat_numel
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
-class LiveWorker:
+class LiveWorker(FastResizeWorker):
     """A Ray actor (the driver wraps it with `ray.remote`)."""
 
     def __init__(self, *, worker_id: int, config_json: str) -> None:

@@ -21,11 +21,11 @@ from ..config import LiveConfig
 from ..runtime import Runtime
 from ..topology import Topology
 from ..worker import LiveWorker
-from .agent import FastResizeWorker
 
 
-class FastLiveWorker(FastResizeWorker, LiveWorker):
-    """The live worker with the worker-side methods of the fast strategies."""
+class FastLiveWorker(LiveWorker):
+    """The live worker, which carries the worker-side methods of the fast strategies
+    (`FastResizeWorker` is one of its bases)."""
 
 
 class BenchWorker(FastLiveWorker):
