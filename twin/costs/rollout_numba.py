@@ -12,10 +12,10 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True)
-def sift_down(heap: np.ndarray, size: int) -> None:
-    """Restore the min-heap property after the root grew."""
-    i = 0
-    item = heap[0]
+def sift_down(heap: np.ndarray, start: int, size: int) -> None:
+    """Move heap[start] down until both children are no smaller (min-heap of `size` items)."""
+    i = start
+    item = heap[start]
     while True:
         child = 2 * i + 1
         if child >= size:
@@ -61,12 +61,13 @@ def counts(prompt, response, starts, sizes, limited, concurrency):
         for k in range(concurrency):
             heap[k] = response[lo + k]
             total_response += heap[k]
-        heap[:concurrency].sort()  # a sorted array is a valid min-heap
+        for k in range(concurrency // 2 - 1, -1, -1):  # heapify in O(C)
+            sift_down(heap, k, concurrency)
         for j in range(lo + concurrency, hi):
             length = response[j]
             total_response += length
             heap[0] += length  # the earliest-free slot takes the next sample
-            sift_down(heap, concurrency)
+            sift_down(heap, 0, concurrency)
         longest = 0
         for k in range(concurrency):
             longest = max(longest, heap[k])
