@@ -218,3 +218,13 @@ def test_sim_takes_the_workload_from_a_trace(example_run, tmp_path):
     assert json.loads((out / "config.json").read_text())["simulation"]["num_steps"] == 25
     # The trace's per-step token counts carry over into the simulated steps.
     assert (steps["num_samples"].to_numpy() == recorded["num_samples"].to_numpy()[:25]).all()
+
+
+def test_out_that_is_a_file_is_an_input_error(tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    result = invoke(
+        "--config", "example", "--steps", "5", "--policy", "static", "--out", str(target)
+    )
+    assert result.exit_code == 2 and "not a folder" in result.output
+    assert target.read_text() == "not a folder"

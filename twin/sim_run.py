@@ -25,7 +25,7 @@ from dynaresize.traces.schema import PipelineMode as TracePipelineMode
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.workload import Workload
 
-from .config import PipelineMode, ScenarioConfig
+from .config import ConfigError, PipelineMode, ScenarioConfig
 from .simulate import SimContext, SimResult, build_context, simulate
 
 __all__ = [
@@ -190,7 +190,7 @@ def write_comparison(
     """
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a folder")
+        raise ConfigError(f"--out {out} exists and is not a folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging_root = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     staging = staging_root / "run"
