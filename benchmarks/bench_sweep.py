@@ -50,11 +50,27 @@ PARAMS = [
 NUM_SEEDS = 3
 
 
+def _parquet_available() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def measure(config: ScenarioConfig, *, jobs: int) -> dict:
+    """One cold sweep: an empty output folder (no table written where pyarrow is missing)."""
     out = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
         start = time.perf_counter()
-        table = run_sweep(config, params=PARAMS, seeds=NUM_SEEDS, out=out, jobs=jobs)
+        table = run_sweep(
+            config,
+            params=PARAMS,
+            seeds=NUM_SEEDS,
+            out=out if _parquet_available() else None,
+            jobs=jobs,
+            progress=False,
+        )
         wall_s = time.perf_counter() - start
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -74,6 +90,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, os.cpu_count() or 1])
     parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where sweep.json/md go")
+    parser.add_argument("--label", default="", help="suffix of the result files, e.g. h200")
     args = parser.parse_args()
     config = ScenarioConfig.model_validate({**SCENARIO, "simulation": {"num_steps": args.steps}})
     rows = [measure(config, jobs=jobs) for jobs in args.jobs]
@@ -88,6 +106,8 @@ def main() -> None:
     identical = len({r["table_digest"] for r in rows}) == 1
     print(f"identical tables across process counts: {identical}")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    if args.label:
+        machine += f" ({args.label})"
     record = {
         "benchmark": "sweep",
         "machine": machine,
@@ -95,14 +115,18 @@ def main() -> None:
         "seeds": NUM_SEEDS,
         "target_s": TARGET_S,
         "identical_tables": identical,
+        "parquet_written": _parquet_available(),
+        "load_average_1min": round(os.getloadavg()[0], 2),
         "results": rows,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "sweep.json").write_text(json.dumps(record, indent=2) + "\n")
+    stem = f"sweep_{args.label}" if args.label else "sweep"
+    args.results.mkdir(parents=True, exist_ok=True)
+    (args.results / f"{stem}.json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
         f"Benchmark sweep: {rows[0]['runs']} runs of {rows[0]['steps_per_run']} steps "
         f"(one workload, cooldown x up x down threshold grid, {NUM_SEEDS} seeds), {machine}; "
-        f"target {TARGET_S:.0f} s",
+        f"target {TARGET_S:.0f} s; 1-minute load average at the end: "
+        f"{record['load_average_1min']}",
         "",
         "| processes | wall (s) | runs/s | speedup | within target |",
         "| ---: | ---: | ---: | ---: | :---: |",
@@ -113,7 +137,7 @@ def main() -> None:
             f"{'yes' if r['within_target'] else 'no'} |"
         )
     lines += ["", f"Identical tables across process counts: {'yes' if identical else 'no'}."]
-    (RESULTS / "sweep.md").write_text("\n".join(lines) + "\n")
+    (args.results / f"{stem}.md").write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

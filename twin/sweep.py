@@ -43,11 +43,12 @@ from .sweep_space import (
     Scalar,
     SweepParam,
     apply_overrides,
-    canonical,
     grid_points,
+    override_policy,
     parse_param,
     policies_with_fields,
     random_points,
+    split_point,
 )
 from .sweep_store import ResultCache
 
@@ -111,9 +112,13 @@ def code_fingerprint() -> str:
     return sha.hexdigest()[:20]
 
 
-def _digest(payload: Any) -> str:
-    text = json.dumps(canonical(payload), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
+def _digest(*parts: str) -> str:
+    """Key of a task: a hash of its identity (format, code, trace, seed) and resolved config."""
+    sha = hashlib.sha256()
+    for part in parts:
+        sha.update(part.encode())
+        sha.update(b"\0")
+    return sha.hexdigest()[:20]
 
 
 def _file_digest(path: Path) -> str:
@@ -200,52 +205,55 @@ def plan_sweep(
         trace_steps, trace_digest = _trace_steps(source)
         for seed in _seeds(seeds):
             base = _base_config(config, source, seed, trace_steps)
+            identity = json.dumps(
+                {
+                    "version": SWEEP_FORMAT_VERSION,
+                    "code": code_fingerprint(),
+                    "trace": trace_digest,
+                    "seed": seed,
+                },
+                sort_keys=True,
+            )
+            resolved_by_config_part: dict[str, tuple[ScenarioConfig, BaselineTask]] = {}
             for point in points:
+                config_part, policy_part = split_point(point)
+                marker = repr(sorted(config_part.items()))
+                if marker not in resolved_by_config_part:
+                    resolved = apply_overrides(base, config_part)
+                    baseline_json = resolved.model_copy(update={"policies": []}).model_dump_json()
+                    baseline = BaselineTask(
+                        _digest(identity, "baseline", baseline_json),
+                        baseline_json,
+                        source.trace_path,
+                        seed,
+                        trace_digest,
+                    )
+                    resolved_by_config_part[marker] = (resolved, baseline)
+                resolved, baseline = resolved_by_config_part[marker]
                 for policy_index in policy_indices:
+                    policy = override_policy(
+                        resolved.policies[policy_index], policy_part, point=point
+                    )
+                    run_json = resolved.model_copy(update={"policies": [policy]}).model_dump_json()
                     plan.runs.append(
-                        _planned_run(base, point, policy_index, source, seed, trace_digest)
+                        PlannedRun(
+                            point=dict(point),
+                            policy_index=policy_index,
+                            policy_kind=str(getattr(policy.kind, "value", policy.kind)),
+                            source=source,
+                            seed=seed,
+                            run=RunTask(
+                                _digest(identity, "run", run_json),
+                                baseline.key,
+                                run_json,
+                                source.trace_path,
+                                seed,
+                                trace_digest,
+                            ),
+                            baseline=baseline,
+                        )
                     )
     return plan
-
-
-def _planned_run(
-    base: ScenarioConfig,
-    point: dict[str, Scalar],
-    policy_index: int,
-    source: WorkloadSource,
-    seed: int,
-    trace_digest: str | None,
-) -> PlannedRun:
-    resolved = apply_overrides(base, point, policy_index=policy_index)
-    policy = resolved.policies[policy_index]
-    run_config = resolved.model_copy(update={"policies": [policy]})
-    baseline_config = resolved.model_copy(update={"policies": []})
-    identity = {
-        "version": SWEEP_FORMAT_VERSION,
-        "code": code_fingerprint(),
-        "trace": trace_digest,
-        "seed": seed,
-    }
-    run_key = _digest({**identity, "config": run_config})
-    baseline_key = _digest({**identity, "config": baseline_config, "what": "baseline"})
-    return PlannedRun(
-        point=dict(point),
-        policy_index=policy_index,
-        policy_kind=str(getattr(policy.kind, "value", policy.kind)),
-        source=source,
-        seed=seed,
-        run=RunTask(
-            run_key,
-            baseline_key,
-            run_config.model_dump_json(),
-            source.trace_path,
-            seed,
-            trace_digest,
-        ),
-        baseline=BaselineTask(
-            baseline_key, baseline_config.model_dump_json(), source.trace_path, seed, trace_digest
-        ),
-    )
 
 
 def _chunksize(num_tasks: int, num_workers: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from .config import ConfigError, ScenarioConfig, format_validation_error
 
@@ -220,12 +220,25 @@ def apply_overrides(
         raise ConfigError(format_validation_error(err, f"sweep point {shown}")) from None
 
 
-def canonical(value: Any) -> Any:
-    """Plain data with sorted keys, for hashing: pydantic models and enums become JSON values."""
-    if isinstance(value, BaseModel):
-        return canonical(value.model_dump(mode="json"))
-    if isinstance(value, dict):
-        return {str(k): canonical(value[k]) for k in sorted(value, key=str)}
-    if isinstance(value, (list, tuple)):
-        return [canonical(v) for v in value]
-    return getattr(value, "value", value)
+def split_point(point: dict[str, Scalar]) -> tuple[dict[str, Scalar], dict[str, Scalar]]:
+    """(config overrides, policy overrides): `policy.FIELD` entries go to the second, keyed by
+    FIELD, so a sweep over policy knobs only validates the config once per config part."""
+    config_part = {k: v for k, v in point.items() if not k.startswith(POLICY_PREFIX)}
+    policy_part = {
+        k[len(POLICY_PREFIX) :]: v for k, v in point.items() if k.startswith(POLICY_PREFIX)
+    }
+    return config_part, policy_part
+
+
+def override_policy(policy: Any, fields: dict[str, Scalar], *, point: dict[str, Scalar]) -> Any:
+    """The policy config with `fields` set, validated as the policy's own config class."""
+    from dynaresize.policies.registry import parse_policy_config
+
+    if not fields:
+        return policy
+    data = {**policy.model_dump(mode="json"), **fields}
+    try:
+        return parse_policy_config(data)
+    except ValidationError as err:
+        shown = ", ".join(f"{k}={v}" for k, v in point.items())
+        raise ConfigError(format_validation_error(err, f"sweep point {shown}")) from None
