@@ -6,13 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dynaresize.executor.rl.engine import FinishReason  # noqa: E402
+from dynaresize.executor.rl.engine import FinishReason, GenerationResult  # noqa: E402
 from dynaresize.executor.rl.grpo import GRPOConfig  # noqa: E402
 from dynaresize.executor.rl.loop import (  # noqa: E402
     RLConfig,
     RLLoop,
     build_rollout_batch,
     make_train_batch,
+    score_results,
 )
 from dynaresize.executor.rl.sampler import SamplerConfig  # noqa: E402
 from dynaresize.executor.rl.task import RepeatTaskConfig  # noqa: E402
@@ -62,5 +63,15 @@ def test_rollout_batch_lineage_and_train_batch_layout():
         assert train.input_ids[row, prompt_len:total].tolist() == list(sample.response_token_ids)
         assert int(train.response_mask[row].sum()) == len(sample.response_token_ids)
         assert int(train.attention_mask[row].sum()) == total
+    # results gathered from several replicas in any order score into the same batch
+    results = [
+        GenerationResult(
+            s.prompt_id, s.sample_index, s.response_token_ids, s.finish_reason, s.finish_s
+        )
+        for s in reversed(batch.samples)
+    ]
+    items = loop.task.sample_items(seed=CONFIG.seed, step=3, num_prompts=8)
+    rescored = score_results(task=loop.task, items=items, results=results, step=3, policy_version=2)
+    assert rescored == batch.samples
     group_sums = train.advantages.reshape(8, 4).sum(dim=1)
     assert torch.allclose(group_sums, torch.zeros(8), atol=1e-4)

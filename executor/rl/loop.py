@@ -1,5 +1,6 @@
 """Generation and training alternating in one process, built from pieces a distributed driver
-can call one by one: `build_rollout_batch` (step k's prompts through an engine, scored),
+can call one by one: `build_rollout_batch` (step k's prompts through an engine, scored; or
+`build_requests` + any engines + `score_results` when the requests are split over replicas),
 `make_train_batch` (tokens and group advantages), `train_on_batch` (old log-probs, then
 `num_minibatches` optimizer steps) and `RLLoop`, which strings them together.
 """
@@ -14,7 +15,13 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .engine import FinishReason, GenerationRequest, RolloutEngine, SamplingParams
+from .engine import (
+    FinishReason,
+    GenerationRequest,
+    GenerationResult,
+    RolloutEngine,
+    SamplingParams,
+)
 from .grpo import (
     GRPOConfig,
     TrainBatch,
@@ -121,9 +128,32 @@ def build_rollout_batch(
     requests = build_requests(items, num_samples=config.num_samples_per_prompt)
     params = config.sampling_params(eos_token_id=task.tokenizer.eos_token_id)
     output = engine.generate(requests, params, step=step)
+    return RolloutBatch(
+        step=step,
+        policy_version=policy_version,
+        num_samples_per_prompt=config.num_samples_per_prompt,
+        samples=score_results(
+            task=task, items=items, results=output.results, step=step, policy_version=policy_version
+        ),
+        generate_wall_s=output.wall_s,
+        active_batch_per_step=list(output.active_batch_per_step),
+    )
+
+
+def score_results(
+    *,
+    task: RepeatTask,
+    items: list[TaskItem],
+    results: list[GenerationResult],
+    step: int,
+    policy_version: int,
+) -> list[SampleRecord]:
+    """Score generated samples against their prompts; sorted by (prompt order, sample index),
+    so results gathered from several engines in any order give the same batch."""
     by_id = {item.prompt_id: item for item in items}
+    order = {item.prompt_id: rank for rank, item in enumerate(items)}
     samples = []
-    for result in output.results:
+    for result in sorted(results, key=lambda r: (order[r.prompt_id], r.sample_index)):
         item = by_id[result.prompt_id]
         score = task.score(item, result.token_ids)
         samples.append(
@@ -140,14 +170,7 @@ def build_rollout_batch(
                 finish_s=result.finish_s,
             )
         )
-    return RolloutBatch(
-        step=step,
-        policy_version=policy_version,
-        num_samples_per_prompt=config.num_samples_per_prompt,
-        samples=samples,
-        generate_wall_s=output.wall_s,
-        active_batch_per_step=list(output.active_batch_per_step),
-    )
+    return samples
 
 
 def make_train_batch(batch: RolloutBatch, *, grpo: GRPOConfig, pad_token_id: int) -> TrainBatch:
