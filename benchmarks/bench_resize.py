@@ -196,7 +196,7 @@ def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) 
     return {"variant": name, "switches": switches, "resizes": seq.resizes, "steady_step_s": steady}
 
 
-def bench_model(model: str, args) -> dict:
+def bench_model(model: str, args, on_variant) -> dict:
     import ray
     from dynaresize.executor.config import DeviceKind, LiveConfig, StagingSettings
     from dynaresize.executor.strategies.harness import BenchWorker, start_runtime
@@ -219,7 +219,8 @@ def bench_model(model: str, args) -> dict:
     numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
     setup_s = time.perf_counter() - began
     print(f"[{model}] {numel / 1e9:.3f} B parameters, setup {setup_s:.1f} s", flush=True)
-    variants = []
+    variants: list[dict] = []
+    partial = {"model": model, "num_params": int(numel), "setup_s": setup_s, "variants": variants}
     try:
         for name in args.variants:
             t0 = time.perf_counter()
@@ -227,6 +228,7 @@ def bench_model(model: str, args) -> dict:
                 runtime, name, VARIANTS[name], batch_size=args.batch_size, seq_len=args.seq_len
             )
             variants.append(result)
+            on_variant(partial)
             crit = ", ".join(f"{r['critical_s']:.2f}" for r in result["resizes"])
             print(
                 f"[{model}] {name}: critical {crit} s ({time.perf_counter() - t0:.0f} s)",
@@ -240,7 +242,7 @@ def bench_model(model: str, args) -> dict:
         remove_placement_group(group)
         if started:
             ray.shutdown()
-    return {"model": model, "num_params": int(numel), "setup_s": setup_s, "variants": variants}
+    return partial
 
 
 # --- summary -------------------------------------------------------------------------------
@@ -387,16 +389,21 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    results: list[dict] = []
-    for model in [m for m in args.models.split(",") if m]:
-        results.append(bench_model(model, args))
-        # Written after every model, so a run cut short keeps what it measured.
+    done: list[dict] = []
+
+    def write(current: dict | None) -> list[dict]:
+        # Written after every variant, so a run cut short keeps what it measured.
+        results = [*done, current] if current is not None else list(done)
         summaries = [summarise(r, bandwidth) for r in results]
         (args.out / f"resize_{args.device}.json").write_text(
             json.dumps({"meta": meta, "results": results, "summary": summaries}, indent=1)
         )
         (args.out / f"resize_{args.device}.md").write_text(markdown(summaries, meta))
-    print(markdown(summaries, meta))
+        return summaries
+
+    for model in [m for m in args.models.split(",") if m]:
+        done.append(bench_model(model, args, on_variant=write))
+    print(markdown(write(None), meta))
     return 0
 
 

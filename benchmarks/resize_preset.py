@@ -1,0 +1,190 @@
+"""Fit the twin's resize cost model (twin/costs/resize.py) to a resize benchmark's results.
+
+Every phase of each strategy becomes `base_s + s_per_gb * gb`, where `gb` is the model's state of
+the kind the phase moves (the twin's own byte accounting); with results for two or more model
+sizes the line is a least-squares fit (clamped to non-negative values), with one size the mean
+becomes `base_s`. Phases the strategy did not run get zero cost, so the twin's defaults for them do
+not leak in. The dependency chains are the order in which the executor's strategies run their
+phases. The written file is loaded back through `load_costs` and its predicted critical path is
+printed beside the measured one.
+
+    python3 benchmarks/bench_resize.py --preset-from benchmarks/results/resize_cpu.json \\
+        --write-preset /tmp/costs.yaml
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CHAINS: dict[str, list[str]] = {
+    # Critical phases, in the order the executor's strategies run them.
+    "overlapped": [
+        "state_export",
+        "worker_reinit",
+        "rollout_reinit",
+        "comm_prewarm",
+        "weight_restore",
+        "postprocess",
+        "weight_sync",
+    ],
+    "stop_and_rebuild": [
+        "state_export",
+        "worker_reinit",
+        "comm_prewarm",
+        "weight_restore",
+        "optimizer_restore",
+        "rollout_reinit",
+        "postprocess",
+        "weight_sync",
+    ],
+}
+BACKGROUND = {"overlapped": {"optimizer_restore": "weight_restore"}, "stop_and_rebuild": {}}
+MOVES = {
+    "state_export": "train_state",
+    "weight_restore": "weights",
+    "optimizer_restore": "optimizer_state",
+}
+VARIANT_OF = {"overlapped": "overlapped", "stop_and_rebuild": "stop_and_rebuild"}
+
+
+def _model_gb(num_params: int, *, weight_bytes: float) -> dict[str, float]:
+    from dynaresize.twin.costs.memory import ModelConfig
+
+    model = ModelConfig(num_params_b=num_params / 1e9, weight_bytes_per_param=weight_bytes)
+    return {
+        "none": 0.0,
+        "weights": model.weights_gb,
+        "optimizer_state": model.optimizer_state_gb,
+        "train_state": model.train_state_gb,
+    }
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """(base_s, s_per_gb) through the points, both non-negative."""
+    if not points:
+        return 0.0, 0.0
+    xs, ys = zip(*points, strict=True)
+    if len(set(xs)) < 2:
+        return max(statistics.fmean(ys), 0.0), 0.0
+    slope, base = statistics.linear_regression(xs, ys)
+    if slope < 0:
+        return max(statistics.fmean(ys), 0.0), 0.0
+    if base < 0:
+        return 0.0, max(sum(y for y in ys) / sum(xs), 0.0) if sum(xs) > 0 else 0.0
+    return base, slope
+
+
+def _phase_means(variant: dict, *, critical: bool) -> dict[str, float]:
+    """Mean duration per phase name over the variant's resizes (one criticality)."""
+    sums: dict[str, float] = {}
+    for resize in variant["resizes"]:
+        for p in resize["phases"]:
+            if p["critical"] is critical:
+                sums[p["phase"]] = sums.get(p["phase"], 0.0) + p["duration_s"]
+    return {k: v / len(variant["resizes"]) for k, v in sums.items()}
+
+
+def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str, Any]:
+    bandwidth = data["meta"]["bandwidth"]
+    out: dict[str, Any] = {
+        "reference_host_bandwidth_gbps": round(min(bandwidth["d2h_gbps"], bandwidth["h2d_gbps"]), 3)
+    }
+    contention: list[float] = []
+    for strategy, chain in CHAINS.items():
+        per_phase: dict[str, list[tuple[float, float]]] = {}
+        for result in data["results"]:
+            variants = {v["variant"]: v for v in result["variants"]}
+            variant = variants.get(VARIANT_OF[strategy])
+            if variant is None:
+                continue
+            gb = _model_gb(result["num_params"], weight_bytes=weight_bytes)
+            critical = _phase_means(variant, critical=True)
+            background = _phase_means(variant, critical=False)
+            for name in chain:
+                if name in critical:
+                    per_phase.setdefault(name, []).append(
+                        (gb[MOVES.get(name, "none")], critical[name])
+                    )
+            for name in BACKGROUND[strategy]:
+                if name in background:
+                    per_phase.setdefault(name, []).append(
+                        (gb[MOVES.get(name, "none")], background[name])
+                    )
+                    bg_cost = [r["background_s"] for r in variant["resizes"]]
+                    bg_cost = [b for b in bg_cost if b is not None]
+                    if bg_cost and background[name] > 0:
+                        contention.append(statistics.fmean(bg_cost) / background[name])
+        phases: dict[str, Any] = {}
+        previous: str | None = None
+        for name in chain:
+            base, slope = _fit(per_phase.get(name, []))
+            phases[name] = _phase_entry(name, base, slope, [previous] if previous else [], True)
+            previous = name
+        for name, after in BACKGROUND[strategy].items():
+            base, slope = _fit(per_phase.get(name, []))
+            phases[name] = _phase_entry(name, base, slope, [after], False)
+        out[strategy] = phases
+    if contention:
+        out["background_contention"] = round(min(max(statistics.fmean(contention), 0.0), 1.0), 4)
+    return out
+
+
+def _phase_entry(name: str, base: float, slope: float, deps: list[str], critical: bool) -> dict:
+    return {
+        "base_s": round(base, 6),
+        "s_per_gb": round(slope, 6),
+        "moves": MOVES.get(name, "none"),
+        "link": "host",
+        "critical": critical,
+        "depends_on": deps,
+    }
+
+
+def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None = None) -> str:
+    """Write the fitted preset to `path`; returns a short report of predicted vs measured."""
+    from dynaresize.traces.phases import StrategyName
+    from dynaresize.twin.costs import load_costs
+    from dynaresize.twin.costs.memory import ModelConfig
+    from dynaresize.twin.costs.resize import plan_resize
+
+    if weight_bytes is None:
+        weight_bytes = 2.0 if data["meta"]["device"] == "cuda" else 4.0
+    resize = fit_resize_params(data, weight_bytes=weight_bytes)
+    meta = data["meta"]
+    header = (
+        f"# Resize cost model calibrated by benchmarks/bench_resize.py on {meta['device']}\n"
+        f"# ({meta.get('host', '')}): {meta['command']}\n"
+        "# Phases are fitted per strategy as base_s + s_per_gb * GB of the state they move;\n"
+        "# phases a strategy does not run cost nothing.\n"
+    )
+    body = yaml.safe_dump({"cost_source": "calibrated", "resize": resize}, sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(header + body)
+    costs = load_costs(path)
+    lines = [f"wrote {path}"]
+    for result in data["results"]:
+        model = ModelConfig(
+            num_params_b=result["num_params"] / 1e9, weight_bytes_per_param=weight_bytes
+        )
+        variants = {v["variant"]: v for v in result["variants"]}
+        for strategy in (StrategyName.OVERLAPPED, StrategyName.STOP_AND_REBUILD):
+            variant = variants.get(VARIANT_OF[strategy.value])
+            if variant is None:
+                continue
+            plan = plan_resize(
+                strategy=strategy,
+                model=model,
+                params=costs.resize,
+                host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
+                interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
+            )
+            measured = statistics.fmean(r["critical_s"] for r in variant["resizes"])
+            lines.append(
+                f"{result['model']} {strategy.value}: predicted critical {plan.critical_s:.3f} s, "
+                f"measured gap {measured:.3f} s"
+            )
+    return "\n".join(lines)
