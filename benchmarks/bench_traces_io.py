@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -80,6 +81,7 @@ def main() -> None:
     parser.add_argument("--validate-rows", type=int, default=1_000_000)
     args = parser.parse_args()
     trace = build_trace(args.steps, args.samples_per_step)
+    load_before = os.getloadavg()[0]
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in ["trace_dir", "trace.jsonl"]:
@@ -112,7 +114,9 @@ def main() -> None:
     (RESULTS / "traces_io.md").write_text(
         f"# Trace I/O ({args.steps} steps x {args.samples_per_step} samples)\n\n"
         f"| figure | value |\n|---|---|\n{rows}\n\n"
-        "Measured by `python benchmarks/bench_traces_io.py` on the 2-core CI machine.\n"
+        "Measured by `python benchmarks/bench_traces_io.py` on the 2-core development machine, "
+        f"1-minute load average {load_before:.1f} before and {os.getloadavg()[0]:.1f} after "
+        "(other jobs shared the cores: treat the times as upper bounds).\n"
     )
     for k, v in figures.items():
         print(f"{k:45s} {v:10.3f}")
