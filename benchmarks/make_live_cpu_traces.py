@@ -11,9 +11,10 @@ Settings chosen for what a 2-core machine can represent:
   slow it down by contention that a twin of separate devices does not model;
 - no checkpoints: the time they take sits between steps, outside every cost model.
 
-Each folder holds `trace/` (the Parquet trace), `setup.json` (the executor's start-up timings) and
-`config.yaml`: what ran (`dynaresize run --mode live --config` runs it again), whose twin sections
-describe the same four devices, so `calibrate` and `validate` take it as `--config` too.
+Each folder holds `trace/` (the Parquet trace), `setup.json` (the executor's start-up timings),
+`run_config.yaml` (what ran: `dynaresize run --mode live --config` runs it again) and
+`scenario.yaml`, the same without its `live:` section: the twin's view of the four devices, which
+`calibrate` and `validate` take as `--config` without loading the live executor's packages.
 
     python benchmarks/make_live_cpu_traces.py            # both presets, ~3 min each on 2 cores
     python benchmarks/make_live_cpu_traces.py --only long_tail --out /tmp/live
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import shutil
 import subprocess
 import sys
@@ -59,6 +61,9 @@ def run_config(preset: str) -> dict:
     config = copy.deepcopy(yaml.safe_load(BASE_CONFIG.read_text()))
     config["name"] = f"live_cpu_{preset}"
     config["pipeline"] = {**config.get("pipeline", {}), "mode": "sync"}
+    # The executor's sampler decodes every sample of a replica at once: no KV-capacity limit.
+    costs = config.setdefault("costs", {})
+    costs["rollout"] = {**costs.get("rollout", {}), "kv_capacity_tokens_per_replica": None}
     config["simulation"] = {**config.get("simulation", {}), "num_steps": NUM_STEPS}
     live = config["live"]
     live.update(
@@ -90,7 +95,13 @@ def run_one(preset: str, out_root: Path) -> Path:
             shutil.rmtree(destination)
         destination.mkdir(parents=True)
         shutil.copytree(run_dir / "trace", destination / "trace")
-        shutil.copy(config_path, destination / "config.yaml")
+        # The twin's model size: what the executor counted, not the config's round figure.
+        meta = json.loads((run_dir / "trace" / "meta.json").read_text())
+        if meta.get("model_params_b"):
+            config["model"]["num_params_b"] = meta["model_params_b"]
+        (destination / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        scenario = {k: v for k, v in config.items() if k not in ("live", "output")}
+        (destination / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
         if (run_dir / "setup.json").exists():
             shutil.copy(run_dir / "setup.json", destination / "setup.json")
     return destination

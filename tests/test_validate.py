@@ -196,6 +196,19 @@ def test_schedule_comes_from_the_decision_records():
     assert schedule == SCHEDULE
 
 
+def test_a_resize_decided_but_never_carried_out_is_not_replayed():
+    """A resize decided after the last step of a run (or of a resumed leg) never happens."""
+    trace, config = twin_run_trace()
+    decisions = trace.decisions.copy()
+    at = decisions["step"] == 14
+    decisions.loc[at, ["decision", "to_allocation", "resize_id"]] = ["resize", "3:5", 7]
+    leg = Trace(meta=trace.meta, steps=trace.steps, decisions=decisions, samples=trace.samples)
+    _, schedule = recorded_decision_schedule(leg)
+    assert schedule == SCHEDULE
+    context = context_from_config(config, [leg]).with_costs(calibrated(config))
+    assert validate_trace(leg, context).per_step["step_ape"].max() < 1e-9
+
+
 def test_decisions_that_contradict_the_steps_are_refused():
     trace, config = twin_run_trace()
     decisions = trace.decisions.copy()

@@ -185,9 +185,17 @@ def recorded_decision_schedule(trace: Trace) -> tuple[Allocation, list[dict]]:
             "decisions (a live run writes one per step boundary)"
         )
     resizes = decisions[decisions["decision"] == "resize"].sort_values("step", kind="stable")
+    # A resize decided after a run's (or a resumed leg's) last step never happens: only the
+    # decisions followed by a step that records a resize before it took effect.
+    resized_before = {
+        int(k) - 1
+        for k, rid in zip(steps["step"], steps["resize_id"], strict=True)
+        if pd.notna(rid)
+    }
     schedule = [
         {"step": int(row.step), "allocation": str(row.to_allocation)}
         for row in resizes.itertuples(index=False)
+        if int(row.step) in resized_before
     ]
     expected = list(allocations[:1])
     by_step = {entry["step"]: entry["allocation"] for entry in schedule}
@@ -508,6 +516,12 @@ def run_validation(
     report = validate_trace(loaded, context)
     if out_dir is not None:
         write_validation_outputs(
-            report, Path(out_dir), title=f"{Path(trace).name}: twin against measured"
+            report, Path(out_dir), title=f"{_run_name(Path(trace))}: twin against measured"
         )
     return report
+
+
+def _run_name(trace: Path) -> str:
+    """A trace directory is usually `<run>/trace`: name the run, not the folder."""
+    resolved = trace.resolve()
+    return resolved.parent.name if resolved.name == "trace" else resolved.name
