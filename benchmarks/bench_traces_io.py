@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from dynaresize.traces.importers import import_trace
 from dynaresize.traces.io import Trace, read_trace, write_trace
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.validation import validate_steps_frame
@@ -68,6 +69,17 @@ def build_trace(num_steps: int, samples_per_step: int, seed: int = 0) -> Trace:
     return Trace(meta=RunMeta(source="benchmark"), steps=steps, samples=samples).validated()
 
 
+def write_verl_log(path: Path, num_steps: int) -> None:
+    """A verl one-step-off log of `num_steps` steps, from the example generator in tools/."""
+    import importlib.util
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "make_verl_example.py"
+    spec = importlib.util.spec_from_file_location("make_verl_example", tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.write_jsonl(path, module.one_step_off_lines(num_steps, seed=0))
+
+
 def timed(fn) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn()
@@ -96,6 +108,12 @@ def main() -> None:
             )
             figures[f"size_{name}_mb"] = size / 1e6
         figures["to_workload_s"], _ = timed(trace.to_workload)
+        steps_only = Trace(meta=trace.meta, steps=trace.steps)
+        write_trace(Path(tmp) / "steps_only", steps_only)
+        figures["read_steps_only_dir_s"], _ = timed(lambda: read_trace(Path(tmp) / "steps_only"))
+        verl_log = Path(tmp) / "verl.jsonl"
+        write_verl_log(verl_log, args.steps)
+        figures[f"import_verl_{args.steps}_steps_s"], _ = timed(lambda: import_trace(verl_log))
     big = trace.steps.loc[np.arange(args.validate_rows) % len(trace.steps)].reset_index(drop=True)
     big["step"] = np.arange(len(big))
     big["start_s"] = big["step"] * 100.0
