@@ -191,3 +191,15 @@ def test_breakeven_report_rows_are_drawn_as_they_are(tmp_path):
     _saves_png(fig, tmp_path)
     crossings = [line.get_xdata()[0] for line in fig.axes[0].lines if line.get_marker() == "o"]
     assert crossings == pytest.approx([187.2 / 15.91, 93.6])
+
+
+def test_scatter_points_are_means_per_sampled_point(sweep_table, tmp_path):
+    fig = plots.plot_sweep_scatter(sweep_table, title="random sample")
+    _saves_png(fig, tmp_path)
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "policy.cooldown_steps (steps)"
+    assert ax.get_ylabel() == "policy.up_threshold"
+    (drawn,) = ax.collections
+    means = sweep_table.groupby(["policy.cooldown_steps", "policy.up_threshold"])["speedup"].mean()
+    assert np.allclose(np.sort(drawn.get_array()), np.sort(means.to_numpy()))
+    assert len(drawn.get_offsets()) == len(means)

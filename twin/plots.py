@@ -354,6 +354,39 @@ def plot_sweep_heatmap(
     return fig
 
 
+def plot_sweep_scatter(
+    table: pd.DataFrame,
+    *,
+    title: str,
+    x: str | None = None,
+    y: str | None = None,
+    value: str = "speedup",
+    value_label: str = "speedup against the best static split (×)",
+) -> Figure:
+    """A random sweep's points (x, y), each the mean of `value` over the runs at that point
+    (seeds, workloads), coloured by it: the heatmap's counterpart when values do not repeat."""
+    x, y = _sweep_axes(table, x, y)
+    _require_columns(table, [x, y, value], "sweep table")
+    points = table.groupby([x, y], sort=True)[value].mean().reset_index()
+    fig = _new_figure(width_in=7.5, height_in=5)
+    ax = fig.subplots()
+    drawn = ax.scatter(points[x], points[y], c=points[value], cmap="viridis", s=60, edgecolor="k")
+    best = points.loc[points[value].idxmax()]
+    ax.annotate(
+        f"best {best[value]:.3f}",
+        xy=(best[x], best[y]),
+        xytext=(6, 6),
+        textcoords="offset points",
+        fontsize=8,
+    )
+    ax.set_xlabel(_axis_label(x))
+    ax.set_ylabel(_axis_label(y))
+    ax.grid(alpha=0.3)
+    fig.colorbar(drawn, ax=ax, label=value_label)
+    ax.set_title(f"{title}\n({len(points)} points, {len(table)} runs)", fontsize=10)
+    return fig
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 

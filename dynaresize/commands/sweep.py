@@ -75,7 +75,7 @@ def sweep(
     print(summary.head(SUMMARY_ROWS).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if len(summary) > SUMMARY_ROWS:
         print(f"... {len(summary) - SUMMARY_ROWS} more settings in {target / 'results.parquet'}")
-    figure_path = _save_figure(table, target, _title(config, table))
+    figure_path = _save_figure(table, target, _title(config, table), sampled=random is not None)
     print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure_path}")
 
 
@@ -88,12 +88,16 @@ def _title(config: str, table) -> str:
     )
 
 
-def _save_figure(table, target: Path, title: str) -> Path:
-    """The cooldown-by-threshold style heatmap when two parameters vary, else policy bars."""
+def _save_figure(table, target: Path, title: str, *, sampled: bool) -> Path:
+    """The cooldown-by-threshold style heatmap when two parameters vary (a scatter of the
+    points for random samples), else bars per policy or per value of the one parameter."""
     from dynaresize.twin import plots
 
     varied = [c for c in table.columns if "." in c and table[c].nunique() > 1]
-    if len(varied) >= 2:
+    if len(varied) >= 2 and sampled:
+        fig = plots.plot_sweep_scatter(table, x=varied[0], y=varied[1], title=title)
+        path = target / "scatter.png"
+    elif len(varied) >= 2:
         fig = plots.plot_sweep_heatmap(table, x=varied[0], y=varied[1], title=title)
         path = target / "heatmap.png"
     else:
