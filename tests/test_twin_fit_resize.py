@@ -151,12 +151,14 @@ def test_missing_bytes_use_the_model_state_size_and_unknown_phases_are_reported(
     for t in traces:
         t.resizes["bytes_moved"] = 0
         t.resizes.loc[t.resizes["phase"] == "postprocess", "phase"] = "rollout_drain"
+        t.resizes.loc[t.resizes["phase"] == "comm_prewarm", "critical"] = False
     result = fit(traces)
     truth = true_params().stop_and_rebuild
     fitted = result.params.stop_and_rebuild[PhaseName.WEIGHT_RESTORE]
     assert fitted.s_per_gb == pytest.approx(truth[PhaseName.WEIGHT_RESTORE].s_per_gb, rel=1e-6)
     assert any("no bytes recorded" in n for n in result.notes)
     assert any("rollout_drain was measured" in n for n in result.notes)
+    assert any("comm_prewarm ran in the background" in n for n in result.notes)
     configured = ResizeCostParams().stop_and_rebuild[PhaseName.POSTPROCESS]
     assert result.params.stop_and_rebuild[PhaseName.POSTPROCESS] == configured  # never measured
 

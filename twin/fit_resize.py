@@ -210,6 +210,13 @@ def fit_resize_phases(
                 "configured DAG has no such phase: not fitted"
             )
             continue
+        measured_critical = bool(group["critical"].mean() >= 0.5)
+        if measured_critical != prior.critical:
+            notes.append(
+                f"{strategy.value}.{phase.value} ran {_placement(measured_critical)} in the "
+                f"traces but is {_placement(prior.critical)} in the configured DAG: the "
+                "configured placement is kept"
+            )
         gb, how = _gigabytes(group, prior, model)
         if how:
             notes.append(f"{strategy.value}.{phase.value}: {how}")
@@ -235,6 +242,10 @@ def fit_resize_phases(
             + " (resizes of at least two model sizes are needed for a per-GB rate)"
         )
     return result
+
+
+def _placement(critical: bool) -> str:
+    return "on the critical path" if critical else "in the background"
 
 
 def _gigabytes(
