@@ -243,14 +243,19 @@ def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid
 
 
 def _ray_pool_address(request) -> str:
-    """The session's Ray cluster when the suite provides one, else a small local one."""
+    """The suite's shared local Ray when conftest provides one, else a small one of our own
+    (shut down after the test, so that no other test inherits it)."""
     import ray
 
-    try:
-        request.getfixturevalue("ray_cluster")
-    except pytest.FixtureLookupError:
-        if not ray.is_initialized():
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for name in ("ray_session", "ray_cluster"):
+        try:
+            request.getfixturevalue(name)
+            return "local"
+        except pytest.FixtureLookupError:
+            continue
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        request.addfinalizer(ray.shutdown)
     return "local"
 
 
