@@ -245,9 +245,28 @@ def test_shipped_examples_import():
     off = import_trace(data / "verl_one_step_off_example.jsonl")
     col = import_trace(data / "verl_colocated_example.jsonl")
     assert off.meta.pipeline_mode is PipelineMode.ONE_STEP_OFF and len(off.steps) == 60
+    assert (off.meta.start_train_gpus, off.meta.start_rollout_gpus) == (6, 2)  # from the sidecar
+    assert "import.json" in off.meta.notes[0]
     assert col.meta.pipeline_mode is PipelineMode.COLOCATED and len(col.steps) == 30
     workload = off.to_workload()
     assert workload.num_steps == 60 and off.workload_notes()
+
+
+def test_sidecar_supplies_run_facts_and_options_override_it(tmp_path):
+    log = tmp_path / "run.jsonl"
+    write_verl(log, one_step_off=True)
+    sidecar = tmp_path / "run.jsonl.import.json"
+    sidecar.write_text('{"train_gpus": 5, "rollout_gpus": 3, "model_params_b": 7.6}')
+    trace = import_trace(log)
+    assert set(trace.steps["train_gpus"]) == {5} and trace.meta.model_params_b == 7.6
+    given = import_trace(log, options=ImportOptions(train_gpus=6, rollout_gpus=2))
+    assert set(given.steps["train_gpus"]) == {6}
+    sidecar.write_text('{"train_gpus": "six"}')
+    with pytest.raises(TraceError, match=r"run\.jsonl\.import\.json, field 'train_gpus'"):
+        import_trace(log)
+    sidecar.write_text('{"train_gpu": 6}')
+    with pytest.raises(TraceError, match="field 'train_gpu'"):
+        import_trace(log)
 
 
 # --- format detection ---------------------------------------------------------------------------

@@ -126,11 +126,31 @@ def write_jsonl(path: Path, lines: list[dict]) -> None:
             f.write(json.dumps(obj, separators=(",", ":")) + "\n")
 
 
+RUN_FACTS = {
+    "model_name": "7B-class model (synthetic example)",
+    "model_params_b": 7.6,
+    "cluster": "1 node, 8 GPUs (synthetic example)",
+}
+"""What the logs cannot say, written beside them as `<log>.import.json` for the importer."""
+
+
+def write_sidecar(log: Path, facts: dict) -> None:
+    sidecar = log.with_name(log.name + ".import.json")
+    sidecar.write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    write_jsonl(DATA_DIR / "verl_one_step_off_example.jsonl", one_step_off_lines(60, seed=7))
-    write_jsonl(DATA_DIR / "verl_colocated_example.jsonl", colocated_lines(30, seed=11))
-    print(f"wrote {DATA_DIR}/verl_one_step_off_example.jsonl and verl_colocated_example.jsonl")
+    one_step_off = DATA_DIR / "verl_one_step_off_example.jsonl"
+    colocated = DATA_DIR / "verl_colocated_example.jsonl"
+    write_jsonl(one_step_off, one_step_off_lines(60, seed=7))
+    write_jsonl(colocated, colocated_lines(30, seed=11))
+    rollout_gpus = NUM_GPUS - TRAIN_GPUS
+    write_sidecar(
+        one_step_off, {"train_gpus": TRAIN_GPUS, "rollout_gpus": rollout_gpus, **RUN_FACTS}
+    )
+    write_sidecar(colocated, {"num_gpus": NUM_GPUS, **RUN_FACTS})
+    print(f"wrote {one_step_off} and {colocated}, each with its .import.json")
 
 
 if __name__ == "__main__":

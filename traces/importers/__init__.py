@@ -4,6 +4,10 @@
 `.parquet` steps file, a JSONL whose lines carry `"record"`), verl's file-logger JSONL
 (`{"step": N, "data": {...}}`), and CSV metric tables (through a `CsvMapping`; a shipped one for
 slime, OpenRLHF or AReaL is picked from the header when none is given).
+
+Facts a foreign log lacks (GPU split, batch size, model) come from `options`, or else from a
+sidecar file `<log file name>.import.json` beside the log holding the same fields, so every
+command that opens the log sees them without flags.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import json
 import os
 from enum import Enum
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from ..errors import TraceError
 from ..io import Trace, read_trace
@@ -89,9 +95,37 @@ def import_trace(
     kind = detect_format(path) if format == "auto" else TraceFormat(format)
     if kind is TraceFormat.NATIVE:
         return read_trace(path, lenient=lenient)
+    from_sidecar = options is None and sidecar_path(path).is_file()
+    options = options if options is not None else sidecar_options(path)
     if kind is TraceFormat.VERL:
-        return import_verl(path, options=options, lenient=lenient)
-    return import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
+        trace = import_verl(path, options=options, lenient=lenient)
+    else:
+        trace = import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
+    if from_sidecar:
+        note = f"run facts (GPU split, batch size, model) read from {sidecar_path(path).name}"
+        trace.meta = trace.meta.model_copy(update={"notes": [note, *trace.meta.notes]})
+    return trace
+
+
+def sidecar_path(path: Path) -> Path:
+    return path.with_name(path.name + ".import.json")
+
+
+def sidecar_options(path: Path) -> ImportOptions | None:
+    """ImportOptions from `<log>.import.json` beside the log, if there is one."""
+    sidecar = sidecar_path(path)
+    if not sidecar.is_file():
+        return None
+    try:
+        raw = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise TraceError(f"malformed JSON: {err}", source=str(sidecar)) from None
+    try:
+        return ImportOptions.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ())) or None
+        raise TraceError(first.get("msg", "invalid"), source=str(sidecar), field=loc) from None
 
 
 def _pick_mapping(path: Path, mapping: CsvMapping | str | None) -> CsvMapping:
