@@ -297,6 +297,7 @@ def test_cli_writes_table_and_heatmap(tmp_path, config):
         (["--param", "policy.nope=1"], "nope"),
         (["--param", "simulation.num_steps"], "PATH=V1"),
         (["--trace", "/no/such/trace.jsonl"], "no/such/trace"),
+        (["--workload", "nope"], "unknown workload preset 'nope'"),
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):

@@ -35,9 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ValidationError
 from tqdm import tqdm
 
-from .config import ConfigError, ScenarioConfig
+from .config import ConfigError, ScenarioConfig, format_validation_error
 from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run
 from .sweep_space import (
     Scalar,
@@ -168,8 +169,8 @@ def _base_config(
         data["simulation"]["num_steps"] = trace_steps
     try:
         return type(config).model_validate(data)
-    except ValueError as err:
-        raise ConfigError(f"workload {source.label}: {err}") from None
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, f"workload {source.label}")) from None
 
 
 def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
