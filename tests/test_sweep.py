@@ -310,7 +310,8 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert message in result.output
-    assert "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0  # one line
+    assert result.output.startswith("error: ")
     assert not out.exists()
 
 
