@@ -58,6 +58,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -233,11 +234,11 @@ def resize_costs(steps) -> list[dict]:
     rows = []
     for i in range(1, len(steps)):
         rid = steps["resize_id"].iloc[i]
-        if rid is None or (isinstance(rid, float) and np.isnan(rid)) or str(rid) == "<NA>":
+        if pd.isna(rid):
             continue
         before, first = steps.iloc[i - 1], steps.iloc[i]
         nxt = steps.iloc[i + 1] if i + 1 < len(steps) else None
-        clean = nxt is not None and str(nxt["resize_id"]) in ("<NA>", "None", "nan")
+        clean = nxt is not None and pd.isna(nxt["resize_id"])
         rows.append(
             {
                 "resize_id": int(rid),
