@@ -300,11 +300,16 @@ def summarise(model_result: dict, bandwidth: dict[str, float]) -> dict:
 
 def markdown(summaries: list[dict], meta: dict) -> str:
     bw = meta["bandwidth"]
+    link = (
+        "Host-device bandwidth (pinned, 1 GiB, best of 5)"
+        if meta["device"] == "cuda"
+        else "Host memory copy bandwidth (1 GiB, best of 5; the floor's link on CPU)"
+    )
     lines = [
         f"# Resize cost by strategy ({meta['device']})",
         "",
-        f"Host-device bandwidth (pinned, best of 5): D2H {bw['d2h_gbps']:.1f} GB/s, "
-        f"H2D {bw['h2d_gbps']:.1f} GB/s. Workers: 3 sharing the device, gloo between ranks; "
+        f"{link}: D2H {bw['d2h_gbps']:.1f} GB/s, H2D {bw['h2d_gbps']:.1f} GB/s. "
+        "Workers: 3 sharing the device, gloo between ranks; "
         f"sequence {START} -> {' -> '.join(SEQUENCE)}; values are means over the two resizes.",
         "Critical path: gap between the last step on the old split and the first on the new. "
         "Background: first step after the resize minus the one after it.",
