@@ -50,7 +50,7 @@ from .validation import (
     validate_frame,
 )
 from .workload import Workload
-from .workload_inference import infer_workload
+from .workload_inference import infer_workload, inference_notes
 
 TABLES: dict[str, type[BaseModel]] = {
     "steps": StepRecord,
@@ -119,7 +119,7 @@ class Trace:
 
     def workload_notes(self) -> list[str]:
         """What `to_workload` has to infer because the trace lacks per-sample lengths."""
-        return infer_workload(self.steps, self.samples, name=self._name()).notes
+        return inference_notes(self.steps, self.samples)
 
     def to_workload(self) -> Workload:
         """Per-sample lengths of every step, in step order; inferred where not recorded.

@@ -72,12 +72,23 @@ def infer_workload(steps: pd.DataFrame, samples: pd.DataFrame, *, name: str) -> 
         prompt_each = max(0, round((int(row.tokens) - int(resp.sum())) / n)) if n else 0
         prompts.append(np.full(n, prompt_each, np.int64))
         responses.append(resp)
-    notes = []
-    if synthesized:
-        notes.append(
-            f"{len(synthesized)} of {len(steps)} steps have no per-sample lengths "
-            f"(first: step {synthesized[0]}); their response lengths are quantiles of a "
-            "lognormal matching the recorded mean and max response length, and every prompt "
-            "gets (tokens - response tokens) / num_samples"
-        )
+    notes = _notes(synthesized, len(steps))
     return InferredWorkload(Workload.from_steps(prompts, responses, name=name), notes)
+
+
+def inference_notes(steps: pd.DataFrame, samples: pd.DataFrame) -> list[str]:
+    """What `infer_workload` would synthesize, without building the workload."""
+    recorded = set(np.unique(samples["step"].to_numpy(np.int64))) if len(samples) else set()
+    missing = [int(s) for s in steps["step"].to_numpy(np.int64) if int(s) not in recorded]
+    return _notes(missing, len(steps))
+
+
+def _notes(synthesized: list[int], num_steps: int) -> list[str]:
+    if not synthesized:
+        return []
+    return [
+        f"{len(synthesized)} of {num_steps} steps have no per-sample lengths "
+        f"(first: step {synthesized[0]}); their response lengths are quantiles of a "
+        "lognormal matching the recorded mean and max response length, and every prompt "
+        "gets (tokens - response tokens) / num_samples"
+    ]
