@@ -194,6 +194,7 @@ def test_calibrate_command_writes_fitted_resize_phases(tmp_path, three_sizes):
     result = runner.invoke(app, ["calibrate", *paths, "--config", config, "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "resize critical path: median |error|" in result.output
+    assert "# resize stop_and_rebuild.state_export: base_s" in out.read_text()  # provenance
     written = yaml.safe_load(out.read_text())["resize"]["stop_and_rebuild"]
     truth = true_params().stop_and_rebuild
     for phase in (PhaseName.STATE_EXPORT, PhaseName.WEIGHT_RESTORE):

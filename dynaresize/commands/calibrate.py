@@ -70,6 +70,8 @@ def calibrate(
             _refuse(str(err))
         header = [f"fitted by dynaresize calibrate from {', '.join(str(p) for p in trace)}"]
         header += fit.report_lines() + [f"assumed: {a}" for a in context.assumptions]
+        if resize_fitter is not None and resize_fitter.result is not None:
+            header += resize_fitter.result.report_lines()
         _write_yaml_atomically(out, fitted_overrides(fit), header)
     for path, t in zip(trace, traces, strict=True):
         for note in trace_notes(t):
