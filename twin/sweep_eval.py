@@ -104,6 +104,9 @@ def evaluate_run(task: RunTask) -> dict[str, Any]:
         "gpu_idle_fraction": float(summary.gpu_idle_fraction),
         "steps_per_hour": float(summary.steps_per_hour),
         "final_allocation": str(summary.final_allocation),
+        # the config's named static split (e.g. the paper's 6:2), when it names one
+        "named_baseline_allocation": summary.baseline_allocation or "",
+        "speedup_vs_named_baseline": float(summary.speedup_vs_baseline or float("nan")),
     }
 
 
