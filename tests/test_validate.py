@@ -98,6 +98,10 @@ def test_a_twin_run_replayed_with_its_own_costs_has_no_error():
     assert len(report.resizes) == 2
     assert abs(report.resize_critical_error) < 1e-9
     assert report.resizes["measured_critical_s"].min() > 100  # the paper-sized overlapped resize
+    # In the twin nothing else happens at a boundary: the critical phases are the whole gap.
+    np.testing.assert_allclose(
+        report.resizes["measured_phase_span_s"], report.resizes["measured_critical_s"]
+    )
 
 
 def _fit(trace, config):
