@@ -126,7 +126,12 @@ def test_resize_stalls_for_the_critical_path_and_slows_the_next_step():
 
 @pytest.mark.parametrize("in_flight", ["drain", "abort"])
 def test_async_resize_drains_or_aborts_the_batch_in_flight(in_flight):
-    cfg = scenario(pipeline={"mode": "async", "max_staleness_steps": 2, "in_flight": in_flight})
+    # Rollout about twice as slow as training: the trainer waits for batches, so whatever the
+    # drawn lengths, a batch is being generated at every boundary.
+    cfg = scenario(
+        pipeline={"mode": "async", "max_staleness_steps": 2, "in_flight": in_flight},
+        costs={"rollout": {"decode_s_per_active_seq": 0.0069}},
+    )
     result = simulate(cfg, {"kind": "scheduled", "schedule": "4@4:4"})
     drain = result.resizes[result.resizes["phase"] == PhaseName.ROLLOUT_DRAIN.value]
     assert len(drain) == 1

@@ -4,8 +4,8 @@ Real RL rollouts mix short answers with long reasoning, and the long tail decide
 rollout stage takes. The generator draws response lengths from a mixture of lognormal and Pareto
 components, clips them at a maximum length, and lets the mixture drift over the run: lengths that
 grow by a share per step, and regime switches at given steps that rescale lengths or re-weight
-the mixture. Everything is one vectorised numpy pass from one seed, so the same config and seed
-always give the same `Workload`.
+the mixture. Everything is drawn in vectorised numpy blocks from one seed, so the same config
+and seed always give the same `Workload`.
 """
 
 from __future__ import annotations
@@ -131,39 +131,96 @@ class WorkloadConfig(_Strict):
         return scale, weights / weights.sum(axis=1, keepdims=True)
 
 
+def _draw_components(rng: np.random.Generator, weights: np.ndarray, per_step: int) -> np.ndarray:
+    """Component index of every sample, as a (num_steps, per_step) int8 matrix.
+
+    One uniform per sample compared with each step's cumulative weights, one boundary at a time:
+    K - 1 passes over the samples and no samples x components matrix.
+    """
+    num_steps, num_components = weights.shape
+    u = rng.random((num_steps, per_step))
+    cumulative = np.cumsum(weights, axis=1)
+    which = np.zeros((num_steps, per_step), dtype=np.int8)
+    for j in range(num_components - 1):
+        which += u >= cumulative[:, j, None]
+    return which
+
+
+def _draw_lengths(rng: np.random.Generator, component: LengthComponent, size: int) -> np.ndarray:
+    """`size` unscaled response lengths from one component's distribution.
+
+    Single precision: lengths become whole tokens below a few million, where float32 is exact
+    to well under one token, and it halves the memory traffic of the exp.
+    """
+    if component.distribution is LengthDistribution.PARETO:
+        # Classical Pareto parametrised by its median: x_m = median / 2**(1/alpha), and
+        # x = x_m * exp(E / alpha) with E standard exponential.
+        alpha = component.tail_index
+        log_x_m = np.log(component.median_tokens) - np.log(2.0) / alpha
+        return _exp_affine(rng.standard_exponential(size, dtype=np.float32), 1.0 / alpha, log_x_m)
+    return _exp_affine(
+        rng.standard_normal(size, dtype=np.float32),
+        component.sigma,
+        np.log(component.median_tokens),
+    )
+
+
+def _exp_affine(draws: np.ndarray, slope: float, intercept: float) -> np.ndarray:
+    """exp(intercept + slope * draws), in place."""
+    draws *= np.float32(slope)
+    draws += np.float32(intercept)
+    with np.errstate(over="ignore"):  # an overflow is an inf, clipped to the maximum length
+        np.exp(draws, out=draws)
+    return draws
+
+
+def _round_into_int64(values: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Round to whole tokens and clip to [low, high], in place, then convert once (fmax and fmin
+    also turn a NaN, from 0 x inf at extreme drift, into a bound rather than a garbage integer)."""
+    np.rint(values, out=values)
+    np.fmax(values, low, out=values)
+    np.fmin(values, high, out=values)
+    return values.astype(np.int64)
+
+
 def generate_workload(config: WorkloadConfig, num_steps: int, seed: int) -> Workload:
-    """Draw every sample of every step in one vectorised pass; same inputs, same workload."""
+    """Draw every sample of every step from one seed; same inputs, same workload.
+
+    Each sample's length is drawn only from its own component (one draw per sample, in
+    vectorised blocks per component), then scaled by its step's multiplier.
+    """
     if num_steps < 0:
         raise ValueError("num_steps must be non-negative")
     rng = np.random.default_rng(seed)
     per_step = config.samples_per_step
     n = num_steps * per_step
-    step_of = np.repeat(np.arange(num_steps), per_step)
     scale, weights = config.schedule(num_steps)
-
-    cumulative = np.cumsum(weights, axis=1)
-    u = rng.random(n)
-    which = (u[:, None] >= cumulative[step_of][:, :-1]).sum(axis=1)
-
     comps = config.components
-    median = np.array([c.median_tokens for c in comps])[which]
-    sigma = np.array([c.sigma for c in comps])[which]
-    alpha = np.array([c.tail_index for c in comps])[which]
-    is_pareto = np.array([c.distribution is LengthDistribution.PARETO for c in comps])[which]
 
-    z = rng.standard_normal(n)
-    v = rng.random(n)
-    lognormal = median * np.exp(sigma * z)
-    # Classical Pareto parametrised by its median: x_m = median / 2**(1/alpha).
-    pareto = median * 2.0 ** (-1.0 / alpha) * (1.0 - v) ** (-1.0 / alpha)
-    response = np.where(is_pareto, pareto, lognormal) * scale[step_of]
-    response = np.clip(np.rint(response), config.min_response_tokens, config.max_response_tokens)
+    response = np.empty((num_steps, per_step), dtype=np.float32)
+    if len(comps) == 1:
+        response.reshape(-1)[:] = _draw_lengths(rng, comps[0], n)
+    else:
+        which = _draw_components(rng, weights, per_step).reshape(-1)
+        flat = response.reshape(-1)
+        for j, component in enumerate(comps):
+            members = np.flatnonzero(which == j)
+            flat[members] = _draw_lengths(rng, component, len(members))
+    with np.errstate(over="ignore", invalid="ignore"):
+        response *= scale[:, None].astype(np.float32)
+    response_tokens = _round_into_int64(
+        response.reshape(-1), config.min_response_tokens, config.max_response_tokens
+    )
 
-    prompt = config.prompt_median_tokens * np.exp(config.prompt_sigma * rng.standard_normal(n))
-    prompt = np.clip(np.rint(prompt), 1, config.max_prompt_tokens)
+    prompt = _exp_affine(
+        rng.standard_normal(n, dtype=np.float32),
+        config.prompt_sigma,
+        np.log(config.prompt_median_tokens),
+    )
+    prompt_tokens = _round_into_int64(prompt, 1, config.max_prompt_tokens)
 
     offsets = np.arange(num_steps + 1, dtype=np.int64) * per_step
-    return Workload(prompt.astype(np.int64), response.astype(np.int64), offsets, config.name)
+    return Workload(prompt_tokens, response_tokens, offsets, config.name)
 
 
 def _short_qa(weight: float) -> LengthComponent:

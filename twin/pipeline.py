@@ -42,6 +42,24 @@ from .step_costs import StepCosts
 
 __all__ = ["PipelineRecords", "run_pipeline"]
 
+DECISION_FIELDS = (
+    "step",
+    "time_s",
+    "policy",
+    "decision",
+    "from_allocation",
+    "to_allocation",
+    "reason",
+    "cost_source",
+    "predicted_resize_critical_s",
+    "resize_id",
+)
+
+
+_NUM_FIELDS: dict[type, int] = {}
+_new = object.__new__
+_set = object.__setattr__
+
 
 def trusted(cls, **values):
     """An instance of a pydantic model from values the pipeline computed itself.
@@ -51,16 +69,18 @@ def trusted(cls, **values):
     twin produced would only re-check its own arithmetic. A test checks that the result equals
     a validated instance.
     """
-    fields = cls.model_fields
-    if len(values) != len(fields):  # a field added to the contract later gets its default
-        for name, info in fields.items():
+    num_fields = _NUM_FIELDS.get(cls)
+    if num_fields is None:
+        num_fields = _NUM_FIELDS[cls] = len(cls.model_fields)
+    if len(values) != num_fields:  # a field added to the contract later gets its default
+        for name, info in cls.model_fields.items():
             if name not in values:
                 values[name] = info.get_default(call_default_factory=True)
-    obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    obj = _new(cls)
+    _set(obj, "__dict__", values)
+    _set(obj, "__pydantic_fields_set__", set(values))
+    _set(obj, "__pydantic_extra__", None)
+    _set(obj, "__pydantic_private__", None)
     return obj
 
 
@@ -71,6 +91,9 @@ class PipelineRecords:
     steps: dict[str, list] = field(default_factory=dict)
     resizes: dict[str, list] = field(default_factory=dict)
     decisions: dict[str, list] = field(default_factory=dict)
+    decision_rows: list[tuple] = field(default_factory=list)
+    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
+    at the end of the run, rather than appended to column by column at every boundary."""
     rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
     train_intervals: list[tuple[float, float]] = field(default_factory=list)
     stall_s: float = 0.0
@@ -115,12 +138,14 @@ class _Pipeline:
         self.cost_source = cost_source
         self.records = PipelineRecords()
         self.num_steps = costs.num_steps
-        self.batch_rollout_s = np.zeros(self.num_steps)
-        self.batch_version = np.zeros(self.num_steps, dtype=np.int64)
-        self.step_start = np.zeros(self.num_steps)
-        self.step_end = np.zeros(self.num_steps)
-        self.step_train_s = np.zeros(self.num_steps)
-        self.step_allocation = np.zeros(self.num_steps, dtype=np.int64)
+        # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
+        # turns them into the step table's columns in one pass.
+        self.batch_rollout_s = [0.0] * self.num_steps
+        self.batch_version = [0] * self.num_steps
+        self.step_start = [0.0] * self.num_steps
+        self.step_end = [0.0] * self.num_steps
+        self.step_train_s = [0.0] * self.num_steps
+        self.step_allocation = [0] * self.num_steps
         self.step_resize_id: list[int | None] = [None] * self.num_steps
         self.pending: _PendingResize | None = None
         self.num_resizes = 0
@@ -131,12 +156,39 @@ class _Pipeline:
             [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
             for a in costs.candidates
         ]
+        # Plain Python lists: the per-step reads below index these thousands of times, and a
+        # list index is several times cheaper than a numpy scalar read plus float().
+        self.rollout_s = costs.rollout_s.tolist()
+        self.train_s = costs.train_s.tolist()
+        self.sync_s = costs.sync_s.tolist()
+        self.predicted = predicted_step_s.tolist()
+        self.labels = [a.label for a in costs.candidates]
+        self.cost_source_value = cost_source.value
+        # Every field of each candidate's prediction but the predicted step time, for the
+        # candidate being the current split (no resize needed) or not.
+        self.prediction_templates = [
+            (
+                {
+                    "allocation": cand,
+                    "predicted_resize_critical_s": plan.critical_s,
+                    "predicted_resize_background_s": plan.slowdown_s,
+                    "cost_source": cost_source,
+                },
+                {
+                    "allocation": cand,
+                    "predicted_resize_critical_s": 0.0,
+                    "predicted_resize_background_s": 0.0,
+                    "cost_source": cost_source,
+                },
+            )
+            for cand in costs.candidates
+        ]
 
     # -- shared pieces ---------------------------------------------------------------------
 
     def _train_duration_s(self, k: int) -> tuple[float, int | None]:
         """Training stage of step k on the current split, with a pending resize's effect."""
-        base_s = float(self.costs.train_s[k, self.current])
+        base_s = self.train_s[k][self.current]
         pending, self.pending = self.pending, None
         if pending is None:
             return base_s, None
@@ -144,17 +196,27 @@ class _Pipeline:
 
     def _rollout(self, batch: int, version: int):
         """Generate one batch on the current split (a SimPy sub-process body)."""
-        duration_s = float(self.costs.rollout_s[batch, self.current])
+        duration_s = self.rollout_s[batch][self.current]
         start_s = self.env.now
         yield self.env.timeout(duration_s)
-        self.records.rollout_intervals.append((start_s, self.env.now))
+        self.records.rollout_intervals.append((start_s, start_s + duration_s))
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
 
-    def _train_and_sync(self, k: int, train_s: float):
+    def _train_and_sync(self, k: int, train_s: float, *, one_event: bool):
+        """Training then weight sync, one busy span of the training GPUs.
+
+        With `one_event` (the lockstep modes, where no other process runs) it is one SimPy
+        event; in async mode the sync's start stays an event of its own, so that events of the
+        rollout process at the same instant keep their order.
+        """
         start_s = self.env.now
-        yield self.env.timeout(train_s)
-        yield self.env.timeout(float(self.costs.sync_s[self.current]))
+        sync_s = self.sync_s[self.current]
+        if one_event:
+            yield self.env.timeout(train_s + sync_s)
+        else:
+            yield self.env.timeout(train_s)
+            yield self.env.timeout(sync_s)
         self.records.train_intervals.append((start_s, self.env.now))
 
     def _record_step(self, k: int, train_s: float, resize_id: int | None) -> None:
@@ -169,9 +231,9 @@ class _Pipeline:
                 StageTimes,
                 step=k,
                 allocation=self.costs.candidates[self.current],
-                rollout_s=float(self.batch_rollout_s[k]),
+                rollout_s=self.batch_rollout_s[k],
                 train_s=train_s,
-                sync_s=float(self.costs.sync_s[self.current]),
+                sync_s=self.sync_s[self.current],
                 step_s=now - self.step_start_s,
             )
         )
@@ -179,39 +241,43 @@ class _Pipeline:
     def finish(self) -> PipelineRecords:
         """Assemble the step columns from the per-step arrays (one pass, no per-row objects)."""
         n = self.num_steps
-        alloc = self.step_allocation
+        alloc = np.array(self.step_allocation, dtype=np.int64)
+        start_s = np.array(self.step_start, dtype=np.float64)
+        end_s = np.array(self.step_end, dtype=np.float64)
         train_gpus = np.array([a.train_gpus for a in self.costs.candidates], dtype=np.int64)
         rollout_gpus = np.array([a.rollout_gpus for a in self.costs.candidates], dtype=np.int64)
         self.records.steps = {
             "step": np.arange(n, dtype=np.int64),
-            "start_s": self.step_start,
-            "end_s": self.step_end,
-            "rollout_s": self.batch_rollout_s,
-            "train_s": self.step_train_s,
+            "start_s": start_s,
+            "end_s": end_s,
+            "rollout_s": np.array(self.batch_rollout_s, dtype=np.float64),
+            "train_s": np.array(self.step_train_s, dtype=np.float64),
             "sync_s": self.costs.sync_s[alloc],
-            "step_s": self.step_end - self.step_start,
+            "step_s": end_s - start_s,
             "train_gpus": train_gpus[alloc],
             "rollout_gpus": rollout_gpus[alloc],
-            "device_roles": [self.roles[i] for i in alloc],
+            "device_roles": [self.roles[i] for i in self.step_allocation],
             "resize_id": self.step_resize_id,
             "rollout_batch_id": np.arange(n, dtype=np.int64),
-            "rollout_weights_version": self.batch_version,
+            "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
+        rows = self.records.decision_rows
+        if rows:
+            self.records.decisions = {
+                name: list(column)
+                for name, column in zip(DECISION_FIELDS, zip(*rows, strict=True), strict=True)
+            }
         return self.records
 
     def _observe(self, k: int) -> StepObservation:
-        predicted = self.predicted_step_s[k]
-        critical_s = self.plan.critical_s
+        current = self.current
         candidates = tuple(
             trusted(
                 CandidatePrediction,
-                allocation=cand,
-                predicted_step_s=float(predicted[c]),
-                predicted_resize_critical_s=0.0 if c == self.current else critical_s,
-                predicted_resize_background_s=0.0 if c == self.current else self.plan.slowdown_s,
-                cost_source=self.cost_source,
+                predicted_step_s=step_s,
+                **self.prediction_templates[c][c == current],
             )
-            for c, cand in enumerate(self.costs.candidates)
+            for c, step_s in enumerate(self.predicted[k])
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
         return trusted(
@@ -234,18 +300,20 @@ class _Pipeline:
         target = None
         if decision.is_resize and decision.target != current:
             target = self.costs.index(decision.target)
-        self.records.add(
-            self.records.decisions,
-            step=k,
-            time_s=self.env.now,
-            policy=self.policy_name,
-            decision="resize" if target is not None else "hold",
-            from_allocation=current.label,
-            to_allocation=None if target is None else self.costs.candidates[target].label,
-            reason=decision.reason,
-            cost_source=self.cost_source.value,
-            predicted_resize_critical_s=None if target is None else self.plan.critical_s,
-            resize_id=None if target is None else self.num_resizes,
+        resizing = target is not None
+        self.records.decision_rows.append(
+            (
+                k,
+                self.env.now,
+                self.policy_name,
+                "resize" if resizing else "hold",
+                self.labels[self.current],
+                self.labels[target] if resizing else None,
+                decision.reason,
+                self.cost_source_value,
+                self.plan.critical_s if resizing else None,
+                self.num_resizes if resizing else None,
+            )
         )
         return target
 
@@ -303,7 +371,7 @@ class _Pipeline:
                 yield from self._overlapped_stage(k, train_s)
             else:
                 yield from self._rollout(k, k)
-                yield from self._train_and_sync(k, train_s)
+                yield from self._train_and_sync(k, train_s, one_event=True)
             self._record_step(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
@@ -317,17 +385,16 @@ class _Pipeline:
         start_s = self.env.now
         next_rollout_s = 0.0
         if k + 1 < self.num_steps:
-            next_rollout_s = float(self.costs.rollout_s[k + 1, self.current])
+            next_rollout_s = self.rollout_s[k + 1][self.current]
             self.batch_rollout_s[k + 1] = next_rollout_s
             self.batch_version[k + 1] = k
             self.records.rollout_intervals.append((start_s, start_s + next_rollout_s))
-        yield self.env.timeout(max(train_s, next_rollout_s))
-        yield self.env.timeout(float(self.costs.sync_s[self.current]))
-        train_end_s = start_s + train_s
-        self.records.train_intervals.append((start_s, train_end_s))
-        self.records.train_intervals.append(
-            (self.env.now - float(self.costs.sync_s[self.current]), self.env.now)
-        )
+        sync_s = self.sync_s[self.current]
+        # The overlapped stage and the sync after it follow each other with nothing else in
+        # between: one SimPy event for both.
+        yield self.env.timeout(max(train_s, next_rollout_s) + sync_s)
+        self.records.train_intervals.append((start_s, start_s + train_s))
+        self.records.train_intervals.append((self.env.now - sync_s, self.env.now))
 
     # -- async mode -------------------------------------------------------------------------
 
@@ -357,7 +424,7 @@ class _Pipeline:
                 yield gate
             if self.paused:
                 yield self.resume
-            duration_s = float(self.costs.rollout_s[batch, self.current])
+            duration_s = self.rollout_s[batch][self.current]
             start_s = self.env.now
             version = self.version
             self.in_flight = (batch, start_s + duration_s)
@@ -379,7 +446,7 @@ class _Pipeline:
         for k in range(self.num_steps):
             yield self.batch_events[k]
             train_s, resize_id = self._train_duration_s(k)
-            yield from self._train_and_sync(k, train_s)
+            yield from self._train_and_sync(k, train_s, one_event=False)
             self.version = k + 1
             event = self.version_events.pop(self.version, None)
             if event is not None:

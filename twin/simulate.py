@@ -23,7 +23,7 @@ from .config import ScenarioConfig
 from .costs import CostModels
 from .costs.resize import ResizePlan, plan_resize
 from .pipeline import PipelineRecords, run_pipeline
-from .step_costs import StepCosts, compute_step_costs, steady_step_s
+from .step_costs import StepCosts, compute_step_costs, steady_step_s, tokens_per_step
 from .summary import SimSummary, summarize_run
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
@@ -61,17 +61,35 @@ class SimResult:
     context: SimContext
 
 
-def _step_stats(workload: Workload) -> pd.DataFrame:
+def _sorted_rows(per_step: np.ndarray) -> np.ndarray:
+    """Each row sorted; in int32 when the lengths fit (sorting half the bytes is twice as fast)."""
+    if per_step.size and per_step.max() < np.iinfo(np.int32).max:
+        return np.sort(per_step.astype(np.int32), axis=1)
+    return np.sort(per_step, axis=1)
+
+
+def _percentile_of_sorted(rows: np.ndarray, q: float) -> np.ndarray:
+    """numpy's default (linear) percentile of each sorted row, by the same interpolation."""
+    position = q / 100.0 * (rows.shape[1] - 1)
+    lo = int(np.floor(position))
+    hi = min(lo + 1, rows.shape[1] - 1)
+    t = position - lo
+    a, b = rows[:, lo].astype(np.float64), rows[:, hi].astype(np.float64)
+    return b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
+
+
+def _step_stats(workload: Workload, tokens: np.ndarray) -> pd.DataFrame:
     """Samples, tokens and response-length statistics of every step."""
     sizes = np.diff(workload.step_offsets)
-    response = workload.response_tokens.astype(np.float64)
     n = workload.num_steps
     if n and np.all(sizes == sizes[0]) and sizes[0] > 0:
-        per_step = response.reshape(n, int(sizes[0]))
-        mean = per_step.mean(axis=1)
-        p50, p99 = np.percentile(per_step, [50, 99], axis=1)
-        longest = per_step.max(axis=1)
+        per_step = workload.response_tokens.reshape(n, int(sizes[0]))
+        ordered = _sorted_rows(per_step)
+        mean = per_step.sum(axis=1) / per_step.shape[1]
+        p50, p99 = _percentile_of_sorted(ordered, 50), _percentile_of_sorted(ordered, 99)
+        longest = ordered[:, -1].astype(np.float64)
     else:
+        response = workload.response_tokens.astype(np.float64)
         mean, p50, p99, longest = (np.zeros(n) for _ in range(4))
         for k in range(n):
             r = response[workload.step_offsets[k] : workload.step_offsets[k + 1]]
@@ -81,7 +99,7 @@ def _step_stats(workload: Workload) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "num_samples": sizes.astype(np.int64),
-            "tokens": workload.tokens_per_step().astype(np.int64),
+            "tokens": tokens.astype(np.int64),
             "response_len_mean": mean,
             "response_len_p50": p50,
             "response_len_p99": p99,
@@ -112,8 +130,14 @@ def build_context(
         run_seed = config.simulation.seed if seed is None else seed
         workload = generate_workload(config.workload, config.simulation.num_steps, run_seed)
     cluster = config.cluster
+    tokens = tokens_per_step(workload)
     step_costs = compute_step_costs(
-        workload, cluster=cluster, model=config.model, costs=costs, pipeline=config.pipeline
+        workload,
+        cluster=cluster,
+        model=config.model,
+        costs=costs,
+        pipeline=config.pipeline,
+        tokens=tokens,
     )
     plan = plan_resize(
         strategy=config.pipeline.resize_strategy,
@@ -126,7 +150,7 @@ def build_context(
         step_costs.rollout_s, step_costs.train_s, step_costs.sync_s, config.pipeline.mode
     )
     predicted = _window_mean(steady, config.simulation.observation_window_steps)
-    stats = _step_stats(workload)
+    stats = _step_stats(workload, tokens)
     return SimContext(
         config=config,
         workload=workload,
@@ -135,7 +159,7 @@ def build_context(
         plan=plan,
         predicted_step_s=predicted,
         step_stats=stats,
-        baselines=static_baselines(step_costs, stats["tokens"].to_numpy(dtype=float)),
+        baselines=static_baselines(step_costs, tokens),
     )
 
 
@@ -143,8 +167,11 @@ def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.n
     """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals."""
     if not intervals:
         return np.zeros_like(lo)
-    arr = np.array(sorted(intervals))
+    arr = np.array(intervals, dtype=np.float64)
     starts, ends = arr[:, 0], arr[:, 1]
+    if np.any(starts[1:] < starts[:-1]):  # the pipeline appends in time order; sort otherwise
+        order = np.lexsort((ends, starts))
+        starts, ends = starts[order], ends[order]
     done_before = np.concatenate([[0.0], np.cumsum(ends - starts)])
 
     def busy_until(t: np.ndarray) -> np.ndarray:
@@ -163,12 +190,20 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     busy_rollout = _busy_between(records.rollout_intervals, lo, hi)
     cols["idle_train_gpu_s"] = np.maximum(step_s - busy_train, 0.0) * cols["train_gpus"]
     cols["idle_rollout_gpu_s"] = np.maximum(step_s - busy_rollout, 0.0) * cols["rollout_gpus"]
-    cols["resize_id"] = pd.array(records.steps["resize_id"], dtype="Int64")
+    cols["resize_id"] = _nullable_ints(records.steps["resize_id"])
     cols["schema_version"] = np.full(len(lo), SCHEMA_VERSION)
     index = cols["step"]
     for column in stats.columns:
         cols[column] = stats[column].to_numpy()[index]
     return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
+
+
+def _nullable_ints(values: list) -> pd.api.extensions.ExtensionArray:
+    """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference."""
+    count = len(values)
+    missing = np.fromiter((v is None for v in values), dtype=bool, count=count)
+    data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=count)
+    return pd.arrays.IntegerArray(data, missing)
 
 
 def _frame(columns: dict[str, list], names: list[str], ints: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -178,7 +213,7 @@ def _frame(columns: dict[str, list], names: list[str], ints: tuple[str, ...] = (
         if name == "schema_version":
             data[name] = np.full(rows, SCHEMA_VERSION)
         elif name in ints:
-            data[name] = pd.array(columns.get(name, [None] * rows), dtype="Int64")
+            data[name] = _nullable_ints(columns.get(name, [None] * rows))
         else:
             data[name] = columns.get(name, [None] * rows)
     return pd.DataFrame(data)

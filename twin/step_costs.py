@@ -34,6 +34,7 @@ __all__ = [
     "static_step_times",
     "steady_step_s",
     "step_time_matrix",
+    "tokens_per_step",
 ]
 
 
@@ -67,6 +68,22 @@ class StepCosts:
         return self.step_s.sum(axis=0)
 
 
+def tokens_per_step(workload: Workload) -> np.ndarray:
+    """Prompt plus response tokens of each step (float64), equal to `Workload.tokens_per_step`.
+
+    Steps of one size (every synthetic workload) are rows of a matrix: integer row sums, with no
+    per-sample step index or float weights; ragged workloads take the general route.
+    """
+    sizes = np.diff(workload.step_offsets)
+    n = workload.num_steps
+    if n == 0 or not np.all(sizes == sizes[0]):
+        return workload.tokens_per_step()
+    width = int(sizes[0])
+    prompt = workload.prompt_tokens.reshape(n, width).sum(axis=1)
+    response = workload.response_tokens.reshape(n, width).sum(axis=1)
+    return (prompt + response).astype(np.float64)
+
+
 def stage_time_components(
     workload: Workload,
     *,
@@ -74,10 +91,14 @@ def stage_time_components(
     cluster: ClusterConfig,
     model: ModelConfig,
     costs: CostModels,
+    tokens: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(rollout_s, train_s, sync_s) of every step on every candidate."""
+    """(rollout_s, train_s, sync_s) of every step on every candidate.
+
+    `tokens` (from `tokens_per_step`) may be passed by a caller that already has them.
+    """
     num_steps = workload.num_steps
-    tokens = workload.tokens_per_step()
+    tokens = tokens_per_step(workload) if tokens is None else tokens
     rollout = np.empty((num_steps, len(candidates)))
     train = np.empty((num_steps, len(candidates)))
     by_replicas: dict[int, np.ndarray] = {}
@@ -191,11 +212,12 @@ def compute_step_costs(
     model: ModelConfig,
     costs: CostModels,
     pipeline: PipelineConfig,
+    tokens: np.ndarray | None = None,
 ) -> StepCosts:
     """Every stage time of `workload` on every candidate topology of the cluster."""
     candidates = tuple(cluster.candidate_topologies)
     rollout, train, sync = stage_time_components(
-        workload, candidates=candidates, cluster=cluster, model=model, costs=costs
+        workload, candidates=candidates, cluster=cluster, model=model, costs=costs, tokens=tokens
     )
     return StepCosts(
         candidates=candidates,

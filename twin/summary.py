@@ -59,10 +59,13 @@ def count_thrash(resizes_in_order: pd.DataFrame, *, thrash_window_steps: int) ->
 
 
 def one_row_per_resize(resizes: pd.DataFrame) -> pd.DataFrame:
+    """The first phase row of each resize, in resize_id order (a resize's phases share its step
+    and its from and to splits)."""
+    columns = ["resize_id", "step", "from_allocation", "to_allocation"]
     if resizes.empty:
-        return pd.DataFrame(columns=["resize_id", "step", "from_allocation", "to_allocation"])
-    first = resizes.groupby("resize_id", sort=True).first().reset_index()
-    return first[["resize_id", "step", "from_allocation", "to_allocation"]]
+        return pd.DataFrame(columns=columns)
+    _, first = np.unique(resizes["resize_id"].to_numpy(), return_index=True)
+    return resizes[columns].iloc[first].reset_index(drop=True)
 
 
 def summarize_run(
