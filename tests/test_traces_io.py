@@ -58,7 +58,7 @@ finite_times = st.floats(min_value=0, max_value=1e9, allow_nan=False, allow_infi
 
 
 @settings(
-    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(durations=st.lists(finite_times, min_size=1, max_size=8), tokens=st.integers(0, 2**53))
 def test_any_valid_numbers_survive_both_formats_exactly(tmp_path, durations, tokens):
@@ -386,3 +386,39 @@ def test_jsonl_writer_resumes_after_a_crash(tmp_path):
     trace = read_trace(path, lenient=True)
     assert list(trace.steps["step"]) == [0, 1, 2, 3]
     assert len(trace.skipped) == 1 and trace.meta.source == "executor"
+
+
+def test_bulk_and_line_by_line_jsonl_reading_agree(tmp_path):
+    trace = small_trace()
+    write_trace(tmp_path / "canonical.jsonl", trace)  # parsed in bulk
+    objs = [json.loads(line) for line in (tmp_path / "canonical.jsonl").read_text().splitlines()]
+    write_lines(tmp_path / "spaced.jsonl", objs)  # json.dumps' spacing: parsed line by line
+    mixed = [
+        json.dumps(o, separators=(",", ":")) if i % 2 else json.dumps(o) for i, o in enumerate(objs)
+    ]
+    write_lines(tmp_path / "mixed.jsonl", mixed)
+    for name in ["canonical.jsonl", "spaced.jsonl", "mixed.jsonl"]:
+        assert_same_trace(trace, read_trace(tmp_path / name))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "needle"),
+    [
+        ('"train_s":6.5', '"train_s":-6.5', "train_s", "must be >= 0"),
+        ('"train_s":6.5,', "", "train_s", "missing (required)"),
+        ('"tokens":4034', '"tokens":4034.5', "tokens", "expected an integer"),
+    ],
+)
+def test_canonical_lines_with_bad_values_are_reported_like_any_other(
+    tmp_path, old, new, field, needle
+):
+    write_trace(tmp_path / "t.jsonl", small_trace())
+    lines = (tmp_path / "t.jsonl").read_text().splitlines()
+    target = next(i for i, line in enumerate(lines) if '"step":2,' in line and old in line)
+    lines[target] = lines[target].replace(old, new)
+    write_lines(tmp_path / "t.jsonl", lines)
+    with pytest.raises(TraceError) as err:
+        read_trace(tmp_path / "t.jsonl")
+    assert f"line {target + 1}, field '{field}': {needle}" in str(err.value)
+    lenient = read_trace(tmp_path / "t.jsonl", lenient=True)
+    assert list(lenient.steps["step"]) == [0, 1, 3, 4, 5] and len(lenient.skipped) == 1
