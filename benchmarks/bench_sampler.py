@@ -40,6 +40,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hf-repeats", type=int, default=1)
     parser.add_argument("--vocab-size", type=int, default=QWEN2_VOCAB_SIZE)
+    parser.add_argument(
+        "--sampling-rule", default="inverse_cdf", choices=["inverse_cdf", "gumbel_max"]
+    )
     parser.add_argument("--tag", default="h200")
     parser.add_argument("--out", default="benchmarks/results")
     return parser.parse_args()
@@ -104,7 +107,10 @@ def main() -> None:
         if graphs and device.type != "cuda":
             continue
         config = SamplerConfig(
-            max_batch_size=args.batch_size, max_seq_len=max_seq_len, cuda_graphs=graphs
+            max_batch_size=args.batch_size,
+            max_seq_len=max_seq_len,
+            cuda_graphs=graphs,
+            sampling_rule=args.sampling_rule,
         )
         engine = KVCacheSampler(model, config)
         start = time.perf_counter()

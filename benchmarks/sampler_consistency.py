@@ -32,6 +32,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--num-prompts", type=int, default=8)
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--sampling-rule", default="inverse_cdf", choices=["inverse_cdf", "gumbel_max"]
+    )
     parser.add_argument("--tag", default="h200")
     parser.add_argument("--out", default="benchmarks/results")
     return parser.parse_args()
@@ -81,7 +84,12 @@ def main() -> None:
             for graphs in [device.type == "cuda"]:
                 sampler = KVCacheSampler(
                     model,
-                    SamplerConfig(max_batch_size=n, max_seq_len=max_seq_len, cuda_graphs=graphs),
+                    SamplerConfig(
+                        max_batch_size=n,
+                        max_seq_len=max_seq_len,
+                        cuda_graphs=graphs,
+                        sampling_rule=args.sampling_rule,
+                    ),
                 )
                 full = tokens_of(sampler, requests, params, waves=[list(range(n))])
                 row = {
@@ -97,7 +105,12 @@ def main() -> None:
                 if graphs:
                     eager = KVCacheSampler(
                         model,
-                        SamplerConfig(max_batch_size=n, max_seq_len=max_seq_len, cuda_graphs=False),
+                        SamplerConfig(
+                            max_batch_size=n,
+                            max_seq_len=max_seq_len,
+                            cuda_graphs=False,
+                            sampling_rule=args.sampling_rule,
+                        ),
                     )
                     row["same_as_eager"] = same(
                         full, tokens_of(eager, requests, params, waves=[list(range(n))])

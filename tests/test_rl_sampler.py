@@ -25,7 +25,13 @@ from dynaresize.executor.rl.sampler import (  # noqa: E402
     SamplerConfig,
     SamplerInputError,
 )
-from dynaresize.executor.rl.sampling import _mul32, choose_tokens, mix32, sample_keys  # noqa: E402
+from dynaresize.executor.rl.sampling import (  # noqa: E402
+    SamplingRule,
+    _mul32,
+    choose_tokens,
+    mix32,
+    sample_keys,
+)
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
@@ -91,10 +97,12 @@ def test_finished_sequences_leave_the_batch(model):
     assert finish[min(finish)] <= finish[max(finish)]
 
 
-def test_samples_do_not_depend_on_batch_composition(model):
+@pytest.mark.parametrize("rule", list(SamplingRule))
+def test_samples_do_not_depend_on_batch_composition(model, rule):
     params = SamplingParams(temperature=1.0, top_p=0.9, max_new_tokens=30, eos_token_id=EOS)
     full = requests_for(range(8), num_samples=3)
-    reference = KVCacheSampler(model, SamplerConfig(max_seq_len=48)).generate(full, params, step=4)
+    config = SamplerConfig(max_seq_len=48, sampling_rule=rule)
+    reference = KVCacheSampler(model, config).generate(full, params, step=4)
     tokens = {(r.prompt_id, r.sample_index): r.token_ids for r in reference.results}
     others = requests_for(range(100, 104), num_samples=2)
     compositions = [
@@ -102,7 +110,7 @@ def test_samples_do_not_depend_on_batch_composition(model):
         full[5:11] + others,
         [full[7]],
     ]
-    small = KVCacheSampler(model, SamplerConfig(max_seq_len=48, max_batch_size=5))
+    small = KVCacheSampler(model, config.model_copy(update={"max_batch_size": 5}))
     for requests in compositions:
         output = small.generate(requests, params, step=4)
         for result in output.results:
@@ -160,7 +168,8 @@ def test_keys_are_distinct_and_in_range():
     assert int(mix32(torch.tensor([0]))) == 0  # why combine() adds a constant
 
 
-def test_token_frequencies_follow_the_distribution():
+@pytest.mark.parametrize("rule", list(SamplingRule))
+def test_token_frequencies_follow_the_distribution(rule):
     num = 40_000
     logits = torch.tensor([0.0, 1.0, 2.0, -1.0]).repeat(num, 1)
     keys = sample_keys(
@@ -168,11 +177,15 @@ def test_token_frequencies_follow_the_distribution():
     )
     positions = torch.full((num,), 9)
     probs = torch.softmax(logits[0], -1)
-    tokens = choose_tokens(logits, keys=keys, positions=positions, temperature=1.0, top_p=1.0)
+    tokens = choose_tokens(
+        logits, keys=keys, positions=positions, temperature=1.0, top_p=1.0, rule=rule
+    )
     freq = torch.bincount(tokens, minlength=4) / num
     assert torch.allclose(freq, probs, atol=0.01)
     # top-p 0.7 keeps tokens 2 and 1 (0.64 + 0.24): renormalised over the nucleus
-    tokens = choose_tokens(logits, keys=keys, positions=positions, temperature=1.0, top_p=0.7)
+    tokens = choose_tokens(
+        logits, keys=keys, positions=positions, temperature=1.0, top_p=0.7, rule=rule
+    )
     freq = torch.bincount(tokens, minlength=4) / num
     nucleus = probs * torch.tensor([0.0, 1.0, 1.0, 0.0])
     assert torch.allclose(freq, nucleus / nucleus.sum(), atol=0.01)
@@ -193,3 +206,24 @@ def test_cuda_graph_decoding_matches_eager():
         for graphs in (True, False)
     ]
     assert [r.token_ids for r in outputs[0].results] == [r.token_ids for r in outputs[1].results]
+
+
+def test_gumbel_max_resists_last_bit_changes_of_the_logits():
+    """Why `gumbel_max` exists: over a large flat vocabulary a tiny change of the logits (what
+    another batch shape can cause) moves inverse-CDF choices but almost never Gumbel-max ones."""
+    rows, vocab = 1024, 2048
+    logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(0)) * 0.1
+    nudged = logits + 1e-3 * torch.randn(rows, vocab, generator=torch.Generator().manual_seed(1))
+    keys = sample_keys(
+        seed=0, step=0, prompt_ids=torch.arange(rows), sample_indices=torch.zeros(rows).long()
+    )
+    positions = torch.full((rows,), 3)
+    flips = {}
+    for rule in SamplingRule:
+        picks = [
+            choose_tokens(x, keys=keys, positions=positions, temperature=1.0, top_p=1.0, rule=rule)
+            for x in (logits, nudged)
+        ]
+        flips[rule] = int((picks[0] != picks[1]).sum())
+    assert flips[SamplingRule.GUMBEL_MAX] <= 1
+    assert flips[SamplingRule.INVERSE_CDF] >= 5

@@ -32,7 +32,7 @@ from .engine import (
     Weights,
 )
 from .model import load_flat_parameters, load_state
-from .sampling import choose_tokens, sample_keys
+from .sampling import SamplingRule, choose_tokens, sample_keys
 
 
 class SamplerConfig(BaseModel):
@@ -48,6 +48,10 @@ class SamplerConfig(BaseModel):
     )
     cuda_graphs: bool = Field(
         default=True, description="Replay decode steps from CUDA graphs (ignored off CUDA)."
+    )
+    sampling_rule: SamplingRule = Field(
+        default=SamplingRule.INVERSE_CDF,
+        description="How keyed randomness picks a token; gumbel_max resists rounding changes.",
     )
 
 
@@ -212,6 +216,7 @@ class KVCacheSampler:
             positions=lengths_t,
             temperature=params.temperature,
             top_p=params.top_p,
+            rule=self.config.sampling_rule,
         )
         return tokens.tolist()
 
@@ -281,6 +286,7 @@ class KVCacheSampler:
                 positions=positions + 1,
                 temperature=params.temperature,
                 top_p=params.top_p,
+                rule=self.config.sampling_rule,
             )
 
         return step

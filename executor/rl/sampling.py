@@ -3,14 +3,31 @@
 Every sample has a 32-bit key hashed from (seed, step, prompt id, sample index). The uniform
 number that picks the token at absolute position p is a hash of (key, p): a counter-based
 generator, so a sample draws the same numbers whichever replica, batch or row generates it, and
-no generator state has to travel with it. Given the uniform, the token is found by inverting the
-cumulative distribution (optionally restricted to the top-p nucleus). Everything is vectorised
-over the batch and runs unchanged inside a CUDA graph.
+no generator state has to travel with it. Two rules turn the randomness into a token:
+
+- `inverse_cdf`: one uniform per token, mapped through the cumulative distribution. Cheapest,
+  but over a large, flat distribution each token's interval is ~1/vocab wide while rounding
+  moves the cumulative sum by ~1e-7 absolute, so a last-bit change of the logits (another batch
+  shape) flips the token with probability ~1e-7 x vocab per step.
+- `gumbel_max`: one uniform per (token, vocabulary entry); the token is the argmax of
+  logits / temperature + Gumbel noise (the Gumbel-max trick samples the same distribution). The
+  top two perturbed scores are typically O(1) apart, so rounding almost never flips the choice;
+  costs vocab hashes per token.
+
+Everything is vectorised over the batch and runs unchanged inside a CUDA graph.
 """
 
 from __future__ import annotations
 
+from enum import Enum
+
 import torch
+
+
+class SamplingRule(str, Enum):
+    INVERSE_CDF = "inverse_cdf"
+    GUMBEL_MAX = "gumbel_max"
+
 
 _MASK32 = 0xFFFFFFFF
 _GOLDEN32 = 0x9E3779B9
@@ -53,6 +70,14 @@ def keyed_uniforms(keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
 
 
+def keyed_token_uniforms(keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniforms [rows, vocab] in (0, 1), one per (key, position, token id)."""
+    rows = combine(keys, positions).unsqueeze(-1)
+    token_ids = torch.arange(vocab, device=keys.device).unsqueeze(0)
+    bits = combine(rows, token_ids) >> 8
+    return (bits.to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+
+
 def choose_tokens(
     logits: torch.Tensor,
     *,
@@ -60,15 +85,19 @@ def choose_tokens(
     positions: torch.Tensor,
     temperature: float,
     top_p: float,
+    rule: SamplingRule = SamplingRule.INVERSE_CDF,
 ) -> torch.Tensor:
     """Next token per row (int64) for logits [rows, vocab] of the tokens at `positions`.
 
-    Greedy when temperature is 0. Otherwise the keyed uniform is mapped through the cumulative
-    distribution of softmax(logits / temperature) in token-id order or, with top_p < 1, in
-    descending-probability order over the nucleus.
+    Greedy when temperature is 0. Otherwise a draw from softmax(logits / temperature),
+    restricted to the top-p nucleus when top_p < 1, by `rule` (see the module docstring).
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
+    if rule == SamplingRule.GUMBEL_MAX:
+        return _gumbel_max(
+            logits.float() / temperature, keys=keys, positions=positions, top_p=top_p
+        )
     probs = torch.softmax(logits.float() / temperature, dim=-1)
     uniforms = keyed_uniforms(keys, positions).unsqueeze(-1)
     if top_p >= 1.0:
@@ -85,3 +114,16 @@ def _invert_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     targets = uniforms * cdf[..., -1:]
     index = torch.searchsorted(cdf, targets, right=True).squeeze(-1)
     return index.clamp_(max=weights.shape[-1] - 1)
+
+
+def _gumbel_max(scaled_logits: torch.Tensor, *, keys, positions, top_p: float) -> torch.Tensor:
+    """argmax(logits / T + Gumbel noise), over the nucleus when top_p < 1."""
+    uniforms = keyed_token_uniforms(keys, positions, scaled_logits.shape[-1])
+    scores = scaled_logits - torch.log(-torch.log(uniforms))
+    if top_p < 1.0:
+        probs = torch.softmax(scaled_logits, dim=-1)
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        keep_sorted = (torch.cumsum(sorted_probs, dim=-1) - sorted_probs) < top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return scores.argmax(dim=-1)
