@@ -255,7 +255,7 @@ def resize_costs(steps) -> list[dict]:
 # --- the twin, calibrated, predicting the runs ----------------------------------------------
 
 
-def scenario_config(num_gpus: int) -> dict:
+def scenario_config(num_gpus: int, *, model_params_b: float = 1.54) -> dict:
     """The runs' cluster and model for the twin (calibrate and validate take it as --config)."""
     return {
         "name": "eight_gpu_validation",
@@ -267,7 +267,7 @@ def scenario_config(num_gpus: int) -> dict:
             "candidate_topologies": candidates(num_gpus),
             "initial_allocation": candidates(num_gpus)[0],
         },
-        "model": {"num_params_b": 1.54, "activation_memory_gb_per_gpu": 20},
+        "model": {"num_params_b": model_params_b, "activation_memory_gb_per_gpu": 20},
         "workload": "low_variance",  # never generated from: every analysis replays a trace
         "pipeline": {"mode": "one_step_off"},
         "simulation": {"num_steps": NUM_STEPS},
@@ -315,7 +315,9 @@ def report(num_gpus: int) -> dict:
         raise SystemExit(f"error: {RESULTS / 'runs'} needs static_* and hysteresis_* runs first")
     folder = RESULTS / "twin"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario_config(num_gpus)))
+    size = read_trace(next(iter(statics.values()))).meta.model_params_b or 1.54
+    scenario = scenario_config(num_gpus, model_params_b=size)
+    (folder / "scenario.yaml").write_text(yaml.safe_dump(scenario))
     costs = calibrate(list(statics.values()), list(dynamics.values()), folder)
     rows = {}
     for name, trace in runs.items():
