@@ -368,6 +368,45 @@ def _chunk_pairs(
     return pairs
 
 
+_POOL_PREFIX = "dynaresize-stage-"
+
+
+def _owner_alive(name: str) -> bool:
+    try:
+        pid = int(name[len(_POOL_PREFIX) :].split("-", 1)[0])
+    except ValueError:
+        return True  # not named by this module: leave it alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_stale_pools() -> int:
+    """Remove pools (and their pipes) whose owner process is gone, e.g. a killed worker actor,
+    which never got to close its pool. Returns how many segments were removed."""
+    removed = 0
+    folders = {_SHM_DIR, tempfile.gettempdir()}
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for entry in names:
+            if not entry.startswith(_POOL_PREFIX):
+                continue
+            pool = entry.split(".", 1)[0]
+            if _owner_alive(pool):
+                continue
+            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+                os.unlink(os.path.join(folder, entry))
+                removed += entry == pool
+    return removed
+
+
 class StagingPool:
     """A worker's inbound staging buffers: a fixed ring that senders stream chunks into.
 
@@ -378,7 +417,8 @@ class StagingPool:
     def __init__(self, config: StagingConfig, *, device: torch.device, name: str | None = None):
         self.config = config
         self.device = device
-        self.name = name or f"dynaresize-stage-{uuid.uuid4().hex[:16]}"
+        sweep_stale_pools()
+        self.name = name or f"{_POOL_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._ring = _Ring(self.name, config, device=device, create=True)
         self._copier = _Copier(device)
         self._grant_fds: dict[int, int] = {}

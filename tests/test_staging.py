@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
+import os
+import tempfile
 import threading
 import time
 
@@ -301,3 +303,30 @@ def test_cuda_state_moves_between_processes_through_pinned_buffers_bitwise() -> 
     assert pinned
     assert result["exact"]
     print(f"staged {result['bytes'] / 1e9:.2f} GB in {result['seconds']:.3f} s")
+
+
+def _create_pool_and_die(config: StagingConfig, queue) -> None:
+    pool = StagingPool(config, device=CPU)
+    queue.put(pool.name)
+    queue.close()
+    queue.join_thread()  # the name must leave before the process does
+    os._exit(0)  # like a killed worker: the pool is never closed
+
+
+def test_pools_of_dead_owners_are_swept() -> None:
+    config = StagingConfig(chunk_bytes=64 * 1024, num_buffers=2)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_create_pool_and_die, args=(config, queue))
+    child.start()
+    name = queue.get(timeout=30)
+    child.join(timeout=30)
+    leftovers = [f for d in ("/dev/shm", tempfile.gettempdir()) for f in os.listdir(d)]
+    assert any(f.startswith(name) for f in leftovers)
+    live = StagingPool(config, device=CPU)  # creating a pool sweeps the dead ones
+    try:
+        leftovers = [f for d in ("/dev/shm", tempfile.gettempdir()) for f in os.listdir(d)]
+        assert not any(f.startswith(name) for f in leftovers)
+        assert any(f.startswith(live.name) for f in leftovers)
+    finally:
+        live.close()
