@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pandas as pd
@@ -38,6 +39,7 @@ def test_example_writes_every_file_with_consistent_contents(example_run):
         "summary.json",
         "timeline.png",
         "comparison.csv",
+        "trace.json",
     ):
         assert (out / name).is_file(), name
     config = json.loads((out / "config.json").read_text())
@@ -68,8 +70,64 @@ def test_example_writes_every_file_with_consistent_contents(example_run):
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     for policy in ("hysteresis", "greedy"):
         assert (out / "policies" / policy / "steps.parquet").is_file()
-    for words in ("hysteresis", "greedy", "static 6:2", "(best)", "thrash"):
+    for words in ("hysteresis", "greedy", "static 6:2", "(best)", "thrash", "regret"):
         assert words in output
+
+
+def test_every_row_reports_its_regret_against_the_offline_optimum(example_run):
+    out, _ = example_run
+    summary = json.loads((out / "summary.json").read_text())
+    optimum = summary["offline_optimal"]["total_s"]
+    assert optimum > 0
+    rows = list(summary["policies"].values()) + summary["static_splits"]
+    table = pd.read_csv(out / "comparison.csv")
+    assert len(table) == len(rows) == 2 + 4
+    for row in [*rows, *table.to_dict(orient="records")]:
+        assert row["regret_s"] >= 0 and row["regret_pct"] >= 0
+        assert row["regret_s"] == pytest.approx(row["total_s"] - optimum, abs=1e-6)
+        assert row["regret_pct"] == pytest.approx(
+            100 * (row["total_s"] - optimum) / optimum, abs=1e-9
+        )
+    # The optimum may start anywhere for free, so it is never worse than the best static split.
+    assert optimum <= summary["best_static_total_s"] * (1 + 1e-12)
+
+
+def test_trace_json_is_a_chrome_trace_with_one_track_per_gpu(example_run):
+    out, _ = example_run
+    for folder in (out, out / "policies" / "greedy"):
+        trace = json.loads((folder / "trace.json").read_text())
+        events = trace["traceEvents"]
+        gpu_pid = next(
+            e["pid"]
+            for e in events
+            if e.get("ph") == "M" and e["name"] == "process_name" and "GPU" in e["args"]["name"]
+        )
+        tracks = {
+            e["tid"]: e["args"]["name"]
+            for e in events
+            if e.get("ph") == "M" and e["name"] == "thread_name" and e["pid"] == gpu_pid
+        }
+        assert sorted(tracks) == list(range(8))
+        assert sorted(tracks.values()) == sorted(f"GPU {i}" for i in range(8))
+        steps = pd.read_parquet(folder / "steps.parquet")
+        for device in range(8):
+            spans = [
+                e
+                for e in events
+                if e.get("ph") == "X" and e["pid"] == gpu_pid and e["tid"] == device
+            ]
+            role_spans = [e for e in spans if e["cat"] == "role"]
+            assert role_spans, device
+            # A device's role spans follow each other without overlap inside the run and cover
+            # every step (a resize stall between two roles is the only gap).
+            role_spans.sort(key=lambda e: e["ts"])
+            for before, after in itertools.pairwise(role_spans):
+                assert before["ts"] + before["dur"] <= after["ts"] + 1e-3
+            assert role_spans[-1]["ts"] + role_spans[-1]["dur"] == pytest.approx(
+                steps["end_s"].iloc[-1] * 1e6, rel=1e-9
+            )
+            covered_us = sum(e["dur"] for e in role_spans)
+            assert covered_us >= steps["step_s"].sum() * 1e6 * (1 - 1e-9)
 
 
 def test_policies_from_the_command_line_replace_the_config(tmp_path):

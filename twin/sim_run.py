@@ -2,8 +2,10 @@
 
 Every policy runs on the same workload, seed and stage times (one `SimContext`), so their rows in
 the comparison differ only by the decisions they made. The table also holds every static split,
-read off the step-time matrix, with the best one marked. Outputs are written to a staging folder
-next to the destination and renamed into place only once complete: an error leaves nothing.
+read off the step-time matrix, with the best one marked, and gives every row's regret against the
+offline-optimal schedule of that context (twin.optimal), computed once and shared by all rows.
+Outputs are written to a staging folder next to the destination and renamed into place only once
+complete: an error leaves nothing.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from pathlib import Path
 import pandas as pd
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
+from dynaresize.traces.chrome_trace import write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import PipelineMode as TracePipelineMode
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.workload import Workload
 
 from .config import ConfigError, PipelineMode, ScenarioConfig
+from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimContext, SimResult, build_context, simulate
 
 __all__ = [
@@ -48,6 +52,8 @@ COMPARISON_COLUMNS = [
     "resize_time_s",
     "speedup_vs_best_static",
     "speedup_vs_baseline",
+    "regret_s",
+    "regret_pct",
 ]
 
 
@@ -58,6 +64,9 @@ class SimComparison:
     """Policy run name (its kind, numbered when repeated) -> result, in the order given."""
     table: pd.DataFrame
     """COMPARISON_COLUMNS: one row per policy, then one per static split."""
+    optimum: OptimalSchedule
+    """The offline-optimal schedule of the context (free start): the bound every row's regret
+    is measured against."""
 
 
 def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
@@ -70,7 +79,22 @@ def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
     return names
 
 
-def _comparison_table(context: SimContext, runs: dict[str, SimResult]) -> pd.DataFrame:
+ROUNDING_TOLERANCE = 1e-9
+"""Relative gap below which a total and the optimum are the same schedule summed in another
+order (the pipeline's clock, a column sum, the dynamic program): its regret is reported as 0."""
+
+
+def _regret_columns(total_s: float, optimum_s: float) -> dict[str, float]:
+    """regret_s and regret_pct of a total against the offline optimum of its context."""
+    regret = Regret(policy_total_s=float(total_s), optimal_total_s=optimum_s)
+    if abs(regret.regret_s) <= ROUNDING_TOLERANCE * max(optimum_s, 1.0):
+        return {"regret_s": 0.0, "regret_pct": 0.0}
+    return {"regret_s": regret.regret_s, "regret_pct": 100 * regret.regret_fraction}
+
+
+def _comparison_table(
+    context: SimContext, runs: dict[str, SimResult], optimum_s: float
+) -> pd.DataFrame:
     config = context.config
     base = config.simulation.baseline_allocation
     rows = []
@@ -89,6 +113,7 @@ def _comparison_table(context: SimContext, runs: dict[str, SimResult]) -> pd.Dat
                 "resize_time_s": s.resize_time_s,
                 "speedup_vs_best_static": s.speedup_vs_best_static,
                 "speedup_vs_baseline": s.speedup_vs_baseline,
+                **_regret_columns(s.total_s, optimum_s),
             }
         )
     static = context.baselines
@@ -108,6 +133,7 @@ def _comparison_table(context: SimContext, runs: dict[str, SimResult]) -> pd.Dat
                 "resize_time_s": 0.0,
                 "speedup_vs_best_static": static.best_total_s / row.total_s,
                 "speedup_vs_baseline": (baseline_s / row.total_s) if baseline_s else None,
+                **_regret_columns(row.total_s, optimum_s),
             }
         )
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
@@ -125,7 +151,13 @@ def run_comparison(
         name: simulate(config, build_policy(cfg), context=context)
         for name, cfg in zip(_run_names(policies), policies, strict=True)
     }
-    return SimComparison(context=context, runs=runs, table=_comparison_table(context, runs))
+    optimum = optimum_of_context(context)
+    return SimComparison(
+        context=context,
+        runs=runs,
+        table=_comparison_table(context, runs, optimum.total_s),
+        optimum=optimum,
+    )
 
 
 def default_out_dir(runs_dir: str | Path) -> Path:
@@ -161,6 +193,13 @@ def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool
         Trace(meta=meta, steps=result.steps, resizes=result.resizes, decisions=result.decisions),
     )
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
+    write_chrome_trace(
+        folder / "trace.json",
+        result.steps,
+        result.resizes,
+        decisions=result.decisions,
+        run_name=f"{config.name}: {name}",
+    )
     if timeline_png:
         _write_timeline(folder / "timeline.png", result, title=f"{config.name}: {name}")
 
@@ -174,6 +213,39 @@ def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
     fig.savefig(path, dpi=100)
 
 
+def _summary_document(comparison: SimComparison) -> dict:
+    """summary.json: every policy's summary and every static split, each with its regret
+    against the one offline optimum of the run's context."""
+    optimum = comparison.optimum
+    baselines = comparison.context.baselines
+    policies = {
+        name: {
+            **result.summary.model_dump(mode="json"),
+            **_regret_columns(result.summary.total_s, optimum.total_s),
+        }
+        for name, result in comparison.runs.items()
+    }
+    statics = [
+        {**row, **_regret_columns(row["total_s"], optimum.total_s)}
+        for row in baselines.table.to_dict(orient="records")
+    ]
+    return {
+        "scenario": comparison.context.config.name,
+        "policies": policies,
+        "static_splits": statics,
+        "best_static_allocation": baselines.best_allocation,
+        "best_static_total_s": baselines.best_total_s,
+        "offline_optimal": {
+            "total_s": optimum.total_s,
+            "num_resizes": optimum.num_resizes,
+            "resize_s": optimum.resize_s,
+            "start": comparison.context.step_costs.candidates[int(optimum.candidate_index[0])].label
+            if len(optimum.candidate_index)
+            else None,
+        },
+    }
+
+
 def write_comparison(
     comparison: SimComparison,
     out_dir: str | Path,
@@ -181,9 +253,10 @@ def write_comparison(
     resolved_config: dict,
     timeline_png: bool = True,
 ) -> Path:
-    """Write the run folder: the first policy's tables and timeline.png at the top, every
-    policy's tables under policies/<name>/ when there are several, plus config.json,
-    summary.json (every policy and static split) and comparison.csv.
+    """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
+    timeline.png at the top, every policy's tables and trace.json under policies/<name>/ when
+    there are several, plus config.json, summary.json (every policy and static split, with
+    regrets against the offline optimum) and comparison.csv.
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -206,13 +279,7 @@ def write_comparison(
                     staging / "policies" / name, name, comparison.runs[name], timeline_png=False
                 )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
-        summary = {
-            "scenario": comparison.context.config.name,
-            "policies": {n: r.summary.model_dump(mode="json") for n, r in comparison.runs.items()},
-            "static_splits": comparison.context.baselines.table.to_dict(orient="records"),
-            "best_static_allocation": comparison.context.baselines.best_allocation,
-            "best_static_total_s": comparison.context.baselines.best_total_s,
-        }
+        summary = _summary_document(comparison)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         comparison.table.to_csv(staging / "comparison.csv", index=False)
         if out.exists():

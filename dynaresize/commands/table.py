@@ -17,6 +17,8 @@ _HEADERS = {
     "resize_time_s": "resizing (s)",
     "speedup_vs_best_static": "vs best static",
     "speedup_vs_baseline": "vs baseline",
+    "regret_s": "regret (s)",
+    "regret_pct": "regret",
 }
 
 
@@ -29,6 +31,8 @@ def _cell(column: str, value: object) -> str:
         return "-"
     if column in _PERCENT_COLUMNS:
         return f"{100 * float(value):.1f}%"
+    if column.endswith("_pct"):
+        return f"{float(value):.1f}%"
     if column.startswith("speedup"):
         return f"{float(value):.3f}x"
     if isinstance(value, float):
