@@ -81,6 +81,21 @@ class OptimizerSettings(BaseModel):
     )
 
 
+class ObjectiveSettings(BaseModel):
+    """The GRPO objective (the RL core's `rl.grpo`), without a reference model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    clip_eps_low: float = Field(default=0.2, ge=0, description="Lower clip: ratio >= 1 - this.")
+    clip_eps_high: float = Field(default=0.2, ge=0, description="Upper clip: ratio <= 1 + this.")
+    normalize_advantage_std: bool = Field(
+        default=True, description="Divide advantages by the group's reward standard deviation."
+    )
+    advantage_eps: float = Field(
+        default=1e-6, gt=0, description="Added to the group std before dividing."
+    )
+
+
 class LiveConfig(BaseModel):
     """A live run: model, task size, devices, workers, roles, pipelining, resizes, checkpoints."""
 
@@ -135,6 +150,9 @@ class LiveConfig(BaseModel):
     staging: StagingSettings = Field(
         default_factory=StagingSettings, description="Host staging settings for resizes."
     )
+    objective: ObjectiveSettings = Field(
+        default_factory=ObjectiveSettings, description="GRPO clipping and advantages."
+    )
     optimizer: OptimizerSettings = Field(
         default_factory=OptimizerSettings, description="AdamW settings."
     )
@@ -182,6 +200,12 @@ class LiveConfig(BaseModel):
                 raise ValueError(
                     f"candidate_allocations: {candidate} uses {candidate.total_gpus} workers "
                     f"but num_workers is {self.num_workers}"
+                )
+        for entry in getattr(self.policy, "schedule", ()):
+            if entry.allocation not in self.candidates:
+                raise ValueError(
+                    f"policy.schedule: {entry.allocation} at step {entry.step} is not among the "
+                    f"candidate splits ({', '.join(a.label for a in self.candidates)})"
                 )
         if self.candidate_allocations and self.initial_allocation not in self.candidate_allocations:
             raise ValueError(

@@ -295,7 +295,8 @@ class LiveSession:
             )
             self.strategy.after_step(rt)
             self._record_background(self.strategy.pop_background_phases())
-            self._decide(step, batch)
+            if step + 1 < live.num_steps:  # no boundary after the last step to act on
+                self._decide(step, batch)
             self._recorder().sync()
             completed = step + 1
             every = live.checkpoint_every_steps
@@ -357,7 +358,7 @@ class LiveSession:
         batch = RolloutBatch(
             batch_id=batch_id,
             weights_version=versions.pop(),
-            samples=group_advantages(samples),
+            samples=group_advantages(samples, settings=self.live.objective),
             rollout_s=max(r.wall_s for r in reports.values()),
             replica_s={w: r.wall_s for w, r in reports.items()},
         )
@@ -511,7 +512,7 @@ class LiveSession:
                 )
             ]
         )
-        if decision.is_resize and step + 1 < self.live.num_steps:
+        if decision.is_resize:
             self._resize(step, decision.target, resize_id)
 
     def _resize(self, step: int, target: Allocation, resize_id: int) -> None:

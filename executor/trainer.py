@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from .batch import RolloutSample
-from .config import OptimizerSettings
+from .config import ObjectiveSettings, OptimizerSettings
 from .objective import microbatch_loss
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
 
@@ -73,12 +73,14 @@ class TrainerRole:
         model: torch.nn.Module,
         device: torch.device,
         settings: OptimizerSettings,
+        objective: ObjectiveSettings,
         micro_batch_samples: int,
     ) -> None:
         self.worker_id = worker_id
         self.model = model
         self.device = device
         self.settings = settings
+        self.objective = objective
         self.micro_batch_samples = micro_batch_samples
         self.group: dist.ProcessGroup | None = None
         self.rank = 0
@@ -163,7 +165,11 @@ class TrainerRole:
         for first in range(0, len(samples), self.micro_batch_samples):
             micro = samples[first : first + self.micro_batch_samples]
             loss = microbatch_loss(
-                self.model, micro, device=self.device, num_batch_tokens=num_batch_tokens
+                self.model,
+                micro,
+                device=self.device,
+                num_batch_tokens=num_batch_tokens,
+                settings=self.objective,
             )
             loss.backward()
             loss_sum += float(loss.detach())

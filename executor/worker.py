@@ -134,6 +134,7 @@ class LiveWorker(FastResizeWorker):
                 model=self.model,
                 device=self.device,
                 settings=self.config.optimizer,
+                objective=self.config.objective,
                 micro_batch_samples=self.config.micro_batch_samples,
             )
         else:

@@ -24,6 +24,7 @@ from dynaresize.config import load_run_config
         ({"policy": {"kind": "nope"}}, "policy"),
         ({"num_workers": 1}, "num_workers"),
         ({"lr": 0.1}, "lr"),
+        ({"policy": {"kind": "scheduled", "schedule": "1@4:1"}}, "policy.schedule"),
     ],
 )
 def test_an_invalid_live_config_names_the_field(fields, named) -> None:

@@ -13,7 +13,6 @@ import pytest
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import FAULT_FILE, WORKERS_FILE, run_live
 from dynaresize.executor.lineage import check_lineage
-from dynaresize.executor.records import TRACE_JSONL
 from dynaresize.executor.runtime import WorkerLostError
 from dynaresize.traces.io import read_trace
 
@@ -38,10 +37,12 @@ def fault_config() -> LiveConfig:
     )
 
 
-def _steps_recorded(path) -> int:
-    if not path.exists():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if '"record":"step"' in line)
+def _checkpointed_step(out) -> int:
+    """Next step of the checkpoint in place (-1 before the first)."""
+    try:
+        return json.loads((out / "checkpoint" / "meta.json").read_text())["next_step"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return -1
 
 
 def test_a_killed_worker_stops_the_run_cleanly_and_resume_completes_it(
@@ -60,9 +61,10 @@ def test_a_killed_worker_stops_the_run_cleanly_and_resume_completes_it(
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 600
-    while _steps_recorded(out / TRACE_JSONL) < KILL_AFTER_STEP and thread.is_alive():
+    # the checkpoint taken at the boundary before step KILL_AFTER_STEP: that step is in flight
+    while _checkpointed_step(out) < KILL_AFTER_STEP and thread.is_alive():
         assert time.monotonic() < deadline, "the run never reached the step to kill at"
-        time.sleep(0.05)
+        time.sleep(0.02)
     victim = json.loads((out / WORKERS_FILE).read_text())[0]  # the one trainer after the resize
     os.kill(victim["pid"], signal.SIGKILL)
     thread.join(timeout=600)
@@ -74,10 +76,11 @@ def test_a_killed_worker_stops_the_run_cleanly_and_resume_completes_it(
     assert error.step >= KILL_AFTER_STEP
     fault = json.loads((out / FAULT_FILE).read_text())
     assert fault["worker_id"] == 0 and fault["role"] == "train" and fault["step"] == error.step
-    # the records up to the crash are intact and were converted
+    # the step in flight is the one the last checkpoint resumes at, and every step before it is
+    # recorded (and converted to Parquet) exactly once
+    assert _checkpointed_step(out) == error.step
     crashed = read_trace(out / "trace").steps
-    assert list(crashed.step) == list(range(len(crashed)))
-    assert len(crashed) >= KILL_AFTER_STEP
+    assert list(crashed.step) == list(range(error.step))
 
     result = run_live(config, out_dir=out, resume=True)
     assert result.steps_completed == config.num_steps
