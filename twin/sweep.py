@@ -261,6 +261,13 @@ def _chunksize(num_tasks: int, num_workers: int) -> int:
     return max(1, math.ceil(num_tasks / (num_workers * TASKS_PER_WORKER_CHUNK)))
 
 
+def available_cores() -> int:
+    """Cores this process may run on (a container's CPU set, not the host's count)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def _set_environment(env: dict[str, str]) -> None:
     os.environ.update(env)
 
@@ -444,7 +451,7 @@ def run_sweep(
     if ray_address is None:
         with _local_mapper(jobs=1, worker_env=env):
             _warm_up(plan, baselines_cache)
-        engine = _local_mapper(jobs=jobs or os.cpu_count() or 1, worker_env=env)
+        engine = _local_mapper(jobs=jobs or available_cores(), worker_env=env)
     else:
         engine = _ray_mapper(jobs=jobs, ray_address=ray_address, worker_env=env)
     with engine as mapper:
