@@ -20,6 +20,15 @@ from dynaresize.executor.rl.grpo import (  # noqa: E402
 from dynaresize.executor.rl.model import ModelSpec, build_model  # noqa: E402
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread; restore the setting for other modules."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def test_group_advantages_by_hand():
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5, 0.5, 0.5, 0.5], [0.0, 0.0, 0.0, 3.0]])
     adv = group_advantages(rewards, eps=1e-12)
@@ -63,7 +72,6 @@ def test_kl_k3_by_hand():
 
 @pytest.fixture(scope="module")
 def model():
-    torch.set_num_threads(1)
     return build_model(ModelSpec(init_seed=5))
 
 

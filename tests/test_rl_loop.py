@@ -31,8 +31,16 @@ CONFIG = RLConfig(
 )
 
 
-def test_short_run_raises_the_reward():
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread; restore the setting for other modules."""
+    previous = torch.get_num_threads()
     torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def test_short_run_raises_the_reward():
     loop = RLLoop(CONFIG)
     history = loop.run()
     rewards = [m.mean_reward for m in history]
