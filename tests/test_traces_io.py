@@ -422,3 +422,9 @@ def test_canonical_lines_with_bad_values_are_reported_like_any_other(
     assert f"line {target + 1}, field '{field}': {needle}" in str(err.value)
     lenient = read_trace(tmp_path / "t.jsonl", lenient=True)
     assert list(lenient.steps["step"]) == [0, 1, 3, 4, 5] and len(lenient.skipped) == 1
+
+
+def test_jsonl_writer_text_is_what_json_dumps_writes(tmp_path):
+    write_trace(tmp_path / "a.jsonl", small_trace())
+    for line in (tmp_path / "a.jsonl").read_text().splitlines():
+        assert json.dumps(json.loads(line), separators=(",", ":"), allow_nan=False) == line

@@ -161,18 +161,25 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> Path:
 def _write_jsonl_body(f, trace: Trace) -> None:
     f.write(_json_line({"record": "meta", **trace.meta.model_dump(mode="json")}))
     for table, model in TABLES.items():
-        tag = _TAG_OF_TABLE[table]
-        for row in _rows(trace.table(table), model):
-            f.write(_json_line({"record": tag, **row}))
+        head = f'{{"record":"{_TAG_OF_TABLE[table]}",'
+        specs = column_specs(model)
+        keys = [f'"{s.name}":' for s in specs]
+        tokens = [_json_tokens(trace.table(table)[s.name], s.kind) for s in specs]
+        for row in zip(*tokens, strict=True):
+            f.write(head + ",".join([k + t for k, t in zip(keys, row, strict=True)]) + "}\n")
 
 
-def _rows(df: pd.DataFrame, model: type[BaseModel]):
-    """Rows of a validated frame as plain-Python dicts (None for nulls)."""
-    specs = column_specs(model)
-    columns = [_plain_column(df[s.name], s.kind) for s in specs]
-    names = [s.name for s in specs]
-    for values in zip(*columns, strict=True):
-        yield dict(zip(names, values, strict=True))
+def _json_tokens(col: pd.Series, kind: ColumnKind) -> list[str]:
+    """A validated column as JSON text, value by value: the same text `json.dumps` writes for
+    each (finite floats by repr, text escaped by json), without building a dict per row."""
+    values = _plain_column(col, kind)
+    if kind is ColumnKind.INT:
+        return ["null" if v is None else str(int(v)) for v in values]
+    if kind is ColumnKind.FLOAT:
+        return ["null" if v is None else repr(float(v)) for v in values]
+    if kind is ColumnKind.BOOL:
+        return ["true" if v else "false" for v in values]
+    return [json.dumps(v, separators=(",", ":")) for v in values]
 
 
 def _plain_column(col: pd.Series, kind: ColumnKind) -> list:
