@@ -76,6 +76,11 @@ def trusted(cls, **values):
         for name, info in cls.model_fields.items():
             if name not in values:
                 values[name] = info.get_default(call_default_factory=True)
+    return _complete(cls, values)
+
+
+def _complete(cls, values: dict):
+    """`trusted` for a dict that already holds every field of `cls` (the hot path)."""
     obj = _new(cls)
     _set(obj, "__dict__", values)
     _set(obj, "__pydantic_fields_set__", set(values))
@@ -271,13 +276,10 @@ class _Pipeline:
 
     def _observe(self, k: int) -> StepObservation:
         current = self.current
+        templates = self.prediction_templates
         candidates = tuple(
-            trusted(
-                CandidatePrediction,
-                predicted_step_s=step_s,
-                **self.prediction_templates[c][c == current],
-            )
-            for c, step_s in enumerate(self.predicted[k])
+            _complete(CandidatePrediction, {**templates[c][c == current], "predicted_step_s": x})
+            for c, x in enumerate(self.predicted[k])
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
         return trusted(
