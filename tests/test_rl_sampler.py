@@ -71,7 +71,7 @@ def test_sampler_is_a_rollout_engine(model):
 def test_greedy_kv_decoding_matches_no_cache_forward(model):
     requests = requests_for(range(5))
     params = SamplingParams(temperature=0.0, max_new_tokens=24)
-    sampler = KVCacheSampler(model, SamplerConfig(max_seq_len=40))
+    sampler = KVCacheSampler(model, SamplerConfig(max_seq_len=40, prefill_chunk_rows=2))
     output = sampler.generate(requests, params, step=0)
     for request, result in zip(requests, output.results, strict=True):
         ids = list(request.prompt_token_ids)
@@ -118,7 +118,9 @@ def test_samples_do_not_depend_on_batch_composition(model, rule):
         full[5:11] + others,
         [full[7]],
     ]
-    small = KVCacheSampler(model, config.model_copy(update={"max_batch_size": 5}))
+    small = KVCacheSampler(
+        model, config.model_copy(update={"max_batch_size": 5, "prefill_chunk_rows": 3})
+    )
     for requests in compositions:
         output = small.generate(requests, params, step=4)
         for result in output.results:

@@ -98,10 +98,13 @@ class LeanDecoder:
         return cos[0], sin[0]
 
     @torch.no_grad()
-    def prefill(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """Run right-padded prompts [rows, P] into cache rows [0, rows); returns the float32
-        logits [rows, vocab] after each prompt's last real token."""
+    def prefill(
+        self, input_ids: torch.Tensor, lengths: torch.Tensor, *, first_row: int = 0
+    ) -> torch.Tensor:
+        """Run right-padded prompts [rows, P] into cache rows [first_row, first_row + rows);
+        returns the float32 logits [rows, vocab] after each prompt's last real token."""
         rows, prompt_len = input_ids.shape
+        cache_rows = slice(first_row, first_row + rows)
         positions = torch.arange(prompt_len, device=self.device)
         key_pos = positions.view(1, 1, prompt_len)
         mask = (key_pos <= positions.view(1, prompt_len, 1)) & (key_pos < lengths.view(rows, 1, 1))
@@ -115,7 +118,7 @@ class LeanDecoder:
                 cos=cos,
                 sin=sin,
                 mask=mask,
-                write=lambda cache, new: cache[:rows, :, :prompt_len].copy_(new),
+                write=lambda cache, new: cache[cache_rows, :, :prompt_len].copy_(new),
                 attn_len=prompt_len,
             )
         last = hidden[torch.arange(rows, device=self.device), lengths - 1]
@@ -162,8 +165,11 @@ class LeanDecoder:
         key = key * cos + _rotate_half(key) * sin
         write(self.cache.keys[index], key)
         write(self.cache.values[index], value)
-        all_keys = self.cache.keys[index][:rows, :, :attn_len]
-        all_values = self.cache.values[index][:rows, :, :attn_len]
+        if steps > 1:  # prefill: the prompt's own keys and values, whatever its cache rows
+            all_keys, all_values = key, value
+        else:
+            all_keys = self.cache.keys[index][:rows, :, :attn_len]
+            all_values = self.cache.values[index][:rows, :, :attn_len]
         out = self._attend(query, all_keys, all_values, mask)
         hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, steps, -1))
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))

@@ -49,6 +49,9 @@ class SamplerConfig(BaseModel):
     cuda_graphs: bool = Field(
         default=True, description="Replay decode steps from CUDA graphs (ignored off CUDA)."
     )
+    prefill_chunk_rows: int = Field(
+        default=64, ge=1, description="Prompts run through one prefill forward at a time."
+    )
     sampling_rule: SamplingRule = Field(
         default=SamplingRule.INVERSE_CDF,
         description="How keyed randomness picks a token; gumbel_max resists rounding changes.",
@@ -204,21 +207,29 @@ class KVCacheSampler:
         return _bucket(count, max_rows=self.config.max_batch_size)
 
     def _prefill(self, requests, rows: list[_Row], params: SamplingParams) -> list[int]:
-        lengths = [row.prompt_len for row in rows]
-        input_ids = torch.zeros(len(rows), max(lengths), dtype=torch.int64)
-        for i, request in enumerate(requests):
-            input_ids[i, : lengths[i]] = torch.tensor(request.prompt_token_ids)
-        lengths_t = torch.tensor(lengths, device=self.device)
-        logits = self.decoder.prefill(input_ids.to(self.device), lengths_t)
-        tokens = choose_tokens(
-            logits,
-            keys=torch.tensor([row.key for row in rows], device=self.device),
-            positions=lengths_t,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            rule=self.config.sampling_rule,
-        )
-        return tokens.tolist()
+        """First token of every row; prompts go through the model `prefill_chunk_rows` at a
+        time, which bounds the prefill's attention memory (rows x prompt length squared)."""
+        tokens: list[int] = []
+        chunk = self.config.prefill_chunk_rows
+        for first in range(0, len(rows), chunk):
+            chunk_rows = rows[first : first + chunk]
+            lengths = [row.prompt_len for row in chunk_rows]
+            input_ids = torch.zeros(len(chunk_rows), max(lengths), dtype=torch.int64)
+            for i, row in enumerate(chunk_rows):
+                prompt = requests[row.request_index].prompt_token_ids
+                input_ids[i, : lengths[i]] = torch.tensor(prompt)
+            lengths_t = torch.tensor(lengths, device=self.device)
+            logits = self.decoder.prefill(input_ids.to(self.device), lengths_t, first_row=first)
+            chosen = choose_tokens(
+                logits,
+                keys=torch.tensor([row.key for row in chunk_rows], device=self.device),
+                positions=lengths_t,
+                temperature=params.temperature,
+                top_p=params.top_p,
+                rule=self.config.sampling_rule,
+            )
+            tokens += chosen.tolist()
+        return tokens
 
     def _retire(self, rows, requests, params, start, finished) -> list[_Row | None]:
         """Record finished rows. A finished row stays in the list as a dead slot (None), so
