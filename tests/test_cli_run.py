@@ -278,6 +278,24 @@ def test_sim_takes_the_workload_from_a_trace(example_run, tmp_path):
     assert (steps["num_samples"].to_numpy() == recorded["num_samples"].to_numpy()[:25]).all()
 
 
+def test_replay_writes_a_chrome_trace_of_the_replayed_policy(example_run, tmp_path):
+    source, _ = example_run
+    out = tmp_path / "replay"
+    result = invoke(
+        "--mode", "replay", "--trace", str(source), "--policy", "static", "--out", str(out)
+    )
+    assert result.exit_code == 0, result.output
+    trace = json.loads((out / "trace.json").read_text())
+    gpu_tracks = {
+        e["tid"]
+        for e in trace["traceEvents"]
+        if e.get("ph") == "M" and e["name"] == "thread_name" and e["args"]["name"].startswith("GPU")
+    }
+    assert gpu_tracks == set(range(8))
+    steps = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step"]
+    assert len(steps) == 70
+
+
 def test_out_that_is_a_file_is_an_input_error(tmp_path):
     target = tmp_path / "taken"
     target.write_text("not a folder")

@@ -139,11 +139,27 @@ def _run_replay(config, policy, costs, out, trace) -> None:
             costs=costs,
             out_dir=out,
         )
+        if out is not None and result.policies:
+            _write_replay_trace(out, trace, result.policies)
     print_table(result.table, title=f"replay of {trace.name}")
     for note in result.notes:
         print(f"note: {note}")
     if out is not None:
         print(f"wrote {out}")
+
+
+def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
+    """trace.json (Chrome trace / Perfetto) of the first replayed policy, beside replay.csv."""
+    from dynaresize.traces.chrome_trace import write_chrome_trace
+
+    name, first = next(iter(policies.items()))
+    write_chrome_trace(
+        out / "trace.json",
+        first.steps,
+        first.resizes,
+        decisions=first.decisions,
+        run_name=f"replay of {trace.name}: {name}",
+    )
 
 
 def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
