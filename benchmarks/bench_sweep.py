@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import platform
+import resource
 import shutil
 import tempfile
 import time
@@ -50,6 +51,14 @@ PARAMS = [
 NUM_SEEDS = 3
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished workers: unlike wall time, what a
+    sweep costs whatever else the machine is busy with."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+
+
 def _parquet_available() -> bool:
     try:
         import pyarrow  # noqa: F401
@@ -62,6 +71,7 @@ def measure(config: ScenarioConfig, *, jobs: int) -> dict:
     """One cold sweep: an empty output folder (no table written where pyarrow is missing)."""
     out = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
+        cpu_before = _cpu_s()
         start = time.perf_counter()
         table = run_sweep(
             config,
@@ -72,6 +82,7 @@ def measure(config: ScenarioConfig, *, jobs: int) -> dict:
             progress=False,
         )
         wall_s = time.perf_counter() - start
+        cpu_s = _cpu_s() - cpu_before
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {
@@ -80,6 +91,8 @@ def measure(config: ScenarioConfig, *, jobs: int) -> dict:
         "steps_per_run": int(table["num_steps"].iloc[0]),
         "wall_s": round(wall_s, 2),
         "runs_per_s": round(len(table) / wall_s, 2),
+        "cpu_s": round(cpu_s, 2),
+        "cpu_ms_per_run": round(1000 * cpu_s / len(table), 1),
         "within_target": wall_s <= TARGET_S,
         "mean_resizes": round(float(table["num_resizes"].mean()), 2),
         "table_digest": hashlib.sha256(table.to_csv().encode()).hexdigest()[:16],
@@ -100,7 +113,8 @@ def main() -> None:
         row["speedup_vs_first"] = round(row["runs_per_s"] / base, 2)
         print(
             f"jobs={row['jobs']}: {row['runs']} runs x {row['steps_per_run']} steps in "
-            f"{row['wall_s']} s ({row['runs_per_s']} runs/s, x{row['speedup_vs_first']}); "
+            f"{row['wall_s']} s ({row['runs_per_s']} runs/s, x{row['speedup_vs_first']}; "
+            f"{row['cpu_ms_per_run']} CPU-ms per run); "
             f"table {row['table_digest']}"
         )
     identical = len({r["table_digest"] for r in rows}) == 1
@@ -128,12 +142,13 @@ def main() -> None:
         f"target {TARGET_S:.0f} s; 1-minute load average at the end: "
         f"{record['load_average_1min']}",
         "",
-        "| processes | wall (s) | runs/s | speedup | within target |",
-        "| ---: | ---: | ---: | ---: | :---: |",
+        "| processes | wall (s) | runs/s | speedup | CPU ms per run | within target |",
+        "| ---: | ---: | ---: | ---: | ---: | :---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['jobs']} | {r['wall_s']} | {r['runs_per_s']} | {r['speedup_vs_first']} | "
+            f"{r['cpu_ms_per_run']} | "
             f"{'yes' if r['within_target'] else 'no'} |"
         )
     lines += ["", f"Identical tables across process counts: {'yes' if identical else 'no'}."]
