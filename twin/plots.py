@@ -527,6 +527,8 @@ def plot_policy_comparison(
             ha="center",
             fontsize=8,
         )
+    if metric == "speedup":
+        ax.axhline(1.0, color="black", lw=0.8, ls="--", label="best static split (= 1)")
     ax.set_xticks(positions, [str(i) for i in stats.index], rotation=20, ha="right")
     ax.set_xlabel(by)
     ax.set_ylabel(metric_label)
