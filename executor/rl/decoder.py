@@ -13,6 +13,8 @@ graph (see `sampler.py`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from transformers import PreTrainedModel
 
@@ -150,7 +152,20 @@ class LeanDecoder:
     def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.model.lm_head(self.model.model.norm(hidden)).float()
 
-    def _layer(self, layer, index, hidden, *, cos, sin, mask, write, attn_len) -> torch.Tensor:
+    def _layer(
+        self,
+        layer: torch.nn.Module,
+        index: int,
+        hidden: torch.Tensor,
+        *,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        mask: torch.Tensor,
+        write: Callable[[torch.Tensor, torch.Tensor], object],
+        attn_len: int,
+    ) -> torch.Tensor:
+        """One decoder layer on hidden [rows, steps, hidden]; `write` stores the new keys and
+        values of layer `index` in the cache."""
         rows, steps, _ = hidden.shape
         attn = layer.self_attn
         normed = layer.input_layernorm(hidden)
@@ -174,7 +189,9 @@ class LeanDecoder:
         hidden = hidden + attn.o_proj(out.transpose(1, 2).reshape(rows, steps, -1))
         return hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
-    def _attend(self, query, keys, values, mask) -> torch.Tensor:
+    def _attend(
+        self, query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         """Grouped-query attention: query [r, H, t, D], keys/values [r, Hkv, s, D], mask
         [r, t, s] (True = may attend). Softmax in float32."""
         rows, _, steps, _ = query.shape

@@ -174,7 +174,7 @@ def compute_loss(
     policy_sum = (policy * mask).sum()
     loss = policy_sum / normaliser
     kl_value = 0.0
-    if config.kl_coef > 0:
+    if config.kl_coef > 0 and batch.ref_logprobs is not None:
         kl_sum = (kl_k3(logprobs, batch.ref_logprobs) * mask).sum()
         loss = loss + config.kl_coef * kl_sum / normaliser
         kl_value = kl_sum.item() / normaliser

@@ -168,7 +168,16 @@ class KVCacheSampler:
                 raise SamplerInputError(f"{name}: appears twice in one call")
             identities.add(identity)
 
-    def _generate_wave(self, requests, params, step, start, output) -> None:
+    def _generate_wave(
+        self,
+        requests: Sequence[GenerationRequest],
+        params: SamplingParams,
+        step: int,
+        start: float,
+        output: GenerationOutput,
+    ) -> None:
+        """Prefill the wave, then decode until every row has finished; results in request
+        order are appended to `output`."""
         keys = sample_keys(
             seed=params.seed,
             step=step,
@@ -186,18 +195,18 @@ class KVCacheSampler:
         output.prefill_s += time.perf_counter() - prefill_start
         finished: dict[int, GenerationResult] = {}
         decode_start = time.perf_counter()
-        rows = self._retire(rows, requests, params, start, finished)
-        computed = len(rows)
-        while rows:
-            num_live = sum(row is not None for row in rows)
+        slots = self._retire(list(rows), requests, params, start, finished)
+        computed = len(slots)
+        while slots:
+            num_live = sum(slot is not None for slot in slots)
             if self._bucket_size(num_live) < computed:  # drop finished rows from the cache
-                rows, computed = self._compact(rows)
-            new_tokens = self._decode(rows, computed, params)
+                slots, computed = self._compact(slots)
+            new_tokens = self._decode(slots, computed, params)
             output.active_batch_per_step.append(computed)
-            for row, token in zip(rows, new_tokens, strict=False):
-                if row is not None:
-                    row.tokens.append(token)
-            rows = self._retire(rows, requests, params, start, finished)
+            for slot, token in zip(slots, new_tokens, strict=False):
+                if slot is not None:
+                    slot.tokens.append(token)
+            slots = self._retire(slots, requests, params, start, finished)
         output.decode_s += time.perf_counter() - decode_start
         output.results.extend(finished[i] for i in range(len(requests)))
 
@@ -206,7 +215,9 @@ class KVCacheSampler:
             return count
         return _bucket(count, max_rows=self.config.max_batch_size)
 
-    def _prefill(self, requests, rows: list[_Row], params: SamplingParams) -> list[int]:
+    def _prefill(
+        self, requests: Sequence[GenerationRequest], rows: list[_Row], params: SamplingParams
+    ) -> list[int]:
         """First token of every row; prompts go through the model `prefill_chunk_rows` at a
         time, which bounds the prefill's attention memory (rows x prompt length squared)."""
         tokens: list[int] = []
@@ -231,11 +242,18 @@ class KVCacheSampler:
             tokens += chosen.tolist()
         return tokens
 
-    def _retire(self, rows, requests, params, start, finished) -> list[_Row | None]:
+    def _retire(
+        self,
+        rows: list[_Row | None],
+        requests: Sequence[GenerationRequest],
+        params: SamplingParams,
+        start: float,
+        finished: dict[int, GenerationResult],
+    ) -> list[_Row | None]:
         """Record finished rows. A finished row stays in the list as a dead slot (None), so
         that list index = cache row until the next compaction; [] once no row is live."""
         now = time.perf_counter() - start
-        kept: list[_Row] = []
+        kept: list[_Row | None] = []
         for row in rows:
             if row is None:
                 kept.append(None)
@@ -265,11 +283,12 @@ class KVCacheSampler:
             return FinishReason.LENGTH
         return None
 
-    def _compact(self, slots: list[_Row | None]) -> tuple[list[_Row], int]:
-        live = [i for i, row in enumerate(slots) if row is not None]
-        used_len = max(slots[i].position for i in live) + 1
+    def _compact(self, slots: list[_Row | None]) -> tuple[list[_Row | None], int]:
+        """Move the live rows' cache to rows [0, n); returns the slots and rows to compute."""
+        live = [i for i, slot in enumerate(slots) if slot is not None]
+        rows: list[_Row | None] = [slots[i] for i in live]
+        used_len = max(row.position for row in rows if row is not None) + 1
         self.decoder.cache.compact(torch.tensor(live, device=self.device), used_len=used_len)
-        rows = [slots[i] for i in live]
         return rows, self._bucket_size(len(rows))
 
     def _decode(self, slots: list[_Row | None], computed: int, params: SamplingParams) -> list[int]:
