@@ -23,7 +23,7 @@ from dynaresize.twin.validate import (
 from typer.testing import CliRunner
 
 from dynaresize.commands import validate as validate_command
-from tests.twin_scenarios import raw, scenario
+from twin_scenarios import raw, scenario
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
 DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data"
