@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -81,5 +83,6 @@ def test_rollout_batch_lineage_and_train_batch_layout():
     items = loop.task.sample_items(seed=CONFIG.seed, step=3, num_prompts=8)
     rescored = score_results(task=loop.task, items=items, results=results, step=3, policy_version=2)
     assert rescored == batch.samples
+    assert pickle.loads(pickle.dumps(batch)) == batch  # travels between Ray workers
     group_sums = train.advantages.reshape(8, 4).sum(dim=1)
     assert torch.allclose(group_sums, torch.zeros(8), atol=1e-4)
