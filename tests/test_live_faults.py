@@ -30,7 +30,9 @@ def fault_config() -> LiveConfig:
             "prompts_per_step": 4,
             "samples_per_prompt": 4,
             "max_response_tokens": 24,
-            "pipeline": "sync",
+            # one_step_off: the checkpoint must carry the batch already generated for the next
+            # step, and the resumed run must train on exactly that batch
+            "pipeline": "one_step_off",
             "policy": {"kind": "scheduled", "schedule": "0@1:2"},
             "checkpoint_every_steps": 1,
         }

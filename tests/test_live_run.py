@@ -147,9 +147,11 @@ def test_the_twin_replays_the_runs_own_records(resized_run, tmp_path) -> None:
 
 @pytest.fixture(scope="module")
 def replayed_session(resized_run, tmp_path_factory):
-    """The same recorded batches trained on 2:2 without resizing; the session stays open."""
+    """The same recorded batches trained on 2:2 without resizing, in sync mode; the session stays
+    open."""
     _, _, resized_out = resized_run
     config = live_config(
+        pipeline="sync",  # the training side sees the same batches in either mode
         policy={"kind": "static"},
         replay_batches_from=str(resized_out / "batches"),
         record_batches=False,
