@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from dynaresize.policies.types import (
     Allocation,
@@ -42,6 +43,28 @@ class MatchLevel(str, Enum):
     SAME_SHIFT = "same_shift"
     ANY_RESIZE = "any_resize"
     FALLBACK = "fallback"
+
+
+class StepLike(Protocol):
+    """What `observe_step_record` reads of a completed step (a traces StepRecord qualifies)."""
+
+    @property
+    def start_s(self) -> float: ...
+
+    @property
+    def end_s(self) -> float: ...
+
+    @property
+    def step_s(self) -> float: ...
+
+    @property
+    def train_gpus(self) -> int: ...
+
+    @property
+    def rollout_gpus(self) -> int: ...
+
+    @property
+    def resize_id(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,8 @@ class ResizeCostFeedback:
         )
         self.window_size = window_size
         self.resizes: list[MeasuredResize] = []
+        self._previous_step: tuple[float, Allocation] | None = None
+        """End time and split of the last step fed to `observe_step_record`."""
         self._awaiting_background: int | None = None
         """Index in `resizes` of the resize whose first step has run and whose second has not."""
         self._first_step_s: float | None = None
@@ -149,6 +174,28 @@ class ResizeCostFeedback:
         )
         self._awaiting_background = None
         self._first_step_s = None
+
+    def observe_step_record(self, record: StepLike) -> None:
+        """Feed one completed step as the executor records it (a `StepRecord` qualifies).
+
+        The first step on a new split (its `resize_id` is set) gives that resize's critical
+        path, the gap since the previous step ended, as executor/strategies/measure.py defines
+        it; with the step after it, its background cost. One call per step, in step order.
+        """
+        allocation = Allocation(train_gpus=record.train_gpus, rollout_gpus=record.rollout_gpus)
+        resize_id = record.resize_id
+        previous, self._previous_step = self._previous_step, (record.end_s, allocation)
+        if resize_id is not None and previous is not None:
+            end_s, before = previous
+            self.observe_resize(
+                resize_id=resize_id,
+                from_allocation=before,
+                to_allocation=allocation,
+                critical_s=max(0.0, record.start_s - end_s),
+            )
+        elif resize_id is not None:
+            resize_id = None  # no step before it in this session (a resumed run): no gap to read
+        self.observe_step(step_s=record.step_s, resize_id=resize_id)
 
     def _index_of(self, resize_id: int) -> int:
         for index in range(len(self.resizes) - 1, -1, -1):

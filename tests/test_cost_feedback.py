@@ -189,3 +189,57 @@ def test_cost_aware_policy_decides_on_measured_costs():
     policy.reset()
     after = policy.decide(_observation(A22, fb))
     assert after.is_resize and after.target == A13
+
+
+def test_step_records_give_the_gap_and_the_first_step_slowdown():
+    """Fed the executor's own step records, in order, as the driver does."""
+    from dynaresize.traces.schema import StepRecord
+
+    def record(step, start, end, alloc, resize_id=None):
+        return StepRecord(
+            step=step,
+            start_s=start,
+            end_s=end,
+            rollout_s=0.0,
+            train_s=0.0,
+            sync_s=0.0,
+            step_s=end - start,
+            idle_train_gpu_s=0.0,
+            idle_rollout_gpu_s=0.0,
+            train_gpus=alloc.train_gpus,
+            rollout_gpus=alloc.rollout_gpus,
+            device_roles=["train"] * alloc.train_gpus + ["rollout"] * alloc.rollout_gpus,
+            resize_id=resize_id,
+            rollout_batch_id=step,
+            rollout_weights_version=step,
+            num_samples=0,
+            tokens=0,
+            response_len_mean=0.0,
+            response_len_p50=0.0,
+            response_len_p99=0.0,
+            response_len_max=0.0,
+        )
+
+    fb = feedback()
+    fb.observe_step_record(record(0, 10.0, 12.0, A31))
+    fb.observe_step_record(record(1, 12.1, 14.0, A31))
+    fb.observe_step_record(record(2, 16.5, 19.5, A22, resize_id=0))  # 2.5 s gap, 3 s step
+    fb.observe_step_record(record(3, 19.6, 21.6, A22))  # 2 s step: 1 s of background
+    (done,) = fb.resizes
+    assert (done.from_allocation, done.to_allocation) == (A31, A22)
+    assert done.critical_s == pytest.approx(2.5)
+    assert done.background_s == pytest.approx(1.0)
+    est = fb.estimate(current=A22, target=A31)  # the way back: same size, other direction
+    assert est.match is MatchLevel.ANY_RESIZE and est.critical_s == pytest.approx(2.5)
+
+
+def test_a_resumed_run_without_the_step_before_a_resize_skips_it():
+    fb = feedback()
+    from types import SimpleNamespace
+
+    first = SimpleNamespace(
+        start_s=5.0, end_s=6.0, step_s=1.0, train_gpus=2, rollout_gpus=2, resize_id=3
+    )
+    fb.observe_step_record(first)
+    assert fb.resizes == []
+    assert fb.estimate(current=A22, target=A31).match is MatchLevel.FALLBACK
