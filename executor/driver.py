@@ -106,12 +106,16 @@ def run_live(
         live, cluster, out, restored, Path(costs) if costs else None, scenario=scenario
     )
     try:
-        return driver.run()
-    except WorkerLostError as err:
-        (out / FAULT_FILE).write_text(json.dumps(err.as_dict() | {"message": str(err)}))
+        result = driver.run()
+    except BaseException as err:
+        if isinstance(err, WorkerLostError):
+            (out / FAULT_FILE).write_text(json.dumps(err.as_dict() | {"message": str(err)}))
+        driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
         raise
-    finally:
+    else:
         driver.close()
+        return result
+    finally:
         cluster.shutdown()
 
 
@@ -312,17 +316,16 @@ class LiveSession:
             final_allocation=rt.topology.allocation,
         )
 
-    def close(self) -> None:
-        """Convert the records to Parquet; never hide the error that ended the run."""
-        import sys
-
+    def close(self, *, quiet: bool = False) -> None:
+        """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
+        not raised over the error that ended the run; the JSONL records stay either way."""
         if self.recorder is None:
             return
         try:
-            self._recorder().finish()
+            self.recorder.finish()
         except Exception:
-            self._recorder().close()
-            if sys.exc_info()[0] is None:
+            self.recorder.close()
+            if not quiet:
                 raise
 
     def _recorder(self) -> RunRecorder:
