@@ -138,8 +138,8 @@ def _draw_components(rng: np.random.Generator, weights: np.ndarray, per_step: in
     K - 1 passes over the samples and no samples x components matrix.
     """
     num_steps, num_components = weights.shape
-    u = rng.random((num_steps, per_step))
-    cumulative = np.cumsum(weights, axis=1)
+    u = rng.random((num_steps, per_step), dtype=np.float32)
+    cumulative = np.cumsum(weights, axis=1).astype(np.float32)
     which = np.zeros((num_steps, per_step), dtype=np.int8)
     for j in range(num_components - 1):
         which += u >= cumulative[:, j, None]
