@@ -119,3 +119,19 @@ def test_any_config_gives_a_valid_workload(steps, per_step, seed, growth, sigma,
         assert w.response_tokens.max() <= max_len
         assert w.response_tokens.min() >= cfg.min_response_tokens
         assert w.prompt_tokens.min() >= 1
+
+
+def test_each_sample_comes_from_its_component_in_the_configured_shares():
+    # Three constant components: a sample's length names the component it was drawn from.
+    cfg = WorkloadConfig(
+        samples_per_step=2_000,
+        components=[constant("a", 100, 0.5), constant("b", 200, 0.3), constant("c", 400, 0.2)],
+        max_response_tokens=1_000,
+        regime_switches=[RegimeSwitch(at_step=2, component_weights=[0.1, 0.1, 0.8])],
+    )
+    lengths = generate_workload(cfg, 4, 11).response_tokens.reshape(4, 2_000)
+    assert set(np.unique(lengths)) == {100, 200, 400}
+    for step, weights in enumerate([[0.5, 0.3, 0.2]] * 2 + [[0.1, 0.1, 0.8]] * 2):
+        shares = [np.mean(lengths[step] == value) for value in (100, 200, 400)]
+        # five binomial standard deviations at 2,000 samples
+        assert np.allclose(shares, weights, atol=5 * np.sqrt(0.25 / 2_000))
