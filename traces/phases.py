@@ -39,4 +39,9 @@ class StrategyName(str, Enum):
     """How a resize is carried out; the same names in the twin and the executor."""
 
     STOP_AND_REBUILD = "stop_and_rebuild"
+    """Tear the actors down, checkpoint through disk, recreate them and their groups."""
     OVERLAPPED = "overlapped"
+    """Workers switch role in-process; communicator reuse, bounded staging, deferred optimizer."""
+    HOST_SYNC = "host_sync"
+    """Workers switch role in-process; state moves synchronously through host memory, every phase
+    on the critical path (the simple, correct baseline of the live executor)."""

@@ -203,6 +203,12 @@ def fit_resize_phases(
     fits = []
     for (strategy_value, phase_value), group in records.groupby(["strategy", "phase"], sort=True):
         strategy, phase = StrategyName(strategy_value), PhaseName(phase_value)
+        if strategy is StrategyName.HOST_SYNC:
+            notes.append(
+                f"host_sync.{phase.value}: not fitted ({len(group)} records); the twin derives "
+                "host_sync from the overlapped table, so fit runs of overlapped or stop_and_rebuild"
+            )
+            continue
         prior = base.phases(strategy).get(phase)
         if prior is None:
             notes.append(

@@ -166,9 +166,16 @@ class ResizeCostParams(BaseModel):
         return self
 
     def phases(self, strategy: StrategyName) -> dict[PhaseName, PhaseCostParams]:
-        return (
-            self.stop_and_rebuild if strategy is StrategyName.STOP_AND_REBUILD else self.overlapped
-        )
+        """The phase table of a strategy. `host_sync` does the overlapped strategy's work with
+        nothing overlapped, so it is that table with every phase on the critical path."""
+        if strategy is StrategyName.STOP_AND_REBUILD:
+            return self.stop_and_rebuild
+        if strategy is StrategyName.HOST_SYNC:
+            return {
+                name: phase.model_copy(update={"critical": True})
+                for name, phase in self.overlapped.items()
+            }
+        return self.overlapped
 
 
 def topological_order(
