@@ -26,11 +26,15 @@ SCHEDULE = {
 HOST_GBPS, LINK_GBPS = 20.0, 300.0  # not the reference bandwidths: the conversion is exercised
 
 
+# The strategies with a phase table of their own (host_sync is derived from overlapped's).
+TABLED_STRATEGIES = (StrategyName.STOP_AND_REBUILD, StrategyName.OVERLAPPED)
+
+
 def true_params() -> ResizeCostParams:
     """The defaults with every phase's numbers changed, so recovery cannot be a coincidence."""
     base = ResizeCostParams()
     changed = {}
-    for strategy in StrategyName:
+    for strategy in TABLED_STRATEGIES:
         phases = {}
         for i, (name, spec) in enumerate(base.phases(strategy).items()):
             rate = 0.0 if spec.moves is StateMoved.NONE else 0.35 + 0.2 * i
@@ -76,14 +80,14 @@ def fit(traces, **kw):
 @pytest.fixture(scope="module")
 def three_sizes():
     rng = np.random.default_rng(3)
-    return [twin_trace(s, strat, rng) for s in (1.5, 4.0, 8.2) for strat in StrategyName]
+    return [twin_trace(s, strat, rng) for s in (1.5, 4.0, 8.2) for strat in TABLED_STRATEGIES]
 
 
 def test_recovers_known_phase_parameters(three_sizes):
     result = fit(three_sizes)
     truth = true_params()
     assert {(p.strategy, p.phase) for p in result.phases} == {
-        (s, n) for s in StrategyName for n in truth.phases(s)
+        (s, n) for s in TABLED_STRATEGIES for n in truth.phases(s)
     }
     for phase_fit in result.phases:
         want = truth.phases(phase_fit.strategy)[phase_fit.phase]
