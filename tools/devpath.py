@@ -1,9 +1,11 @@
 """Run a script or module of this repository without installing it.
 
-The repository keeps `twin/`, `policies/`, `traces/` and `executor/` at the top level while they import
-as `dynaresize.twin` etc. (see pyproject's package-dir). Where the project cannot be pip-installed (a
-machine with no package index), this builds a small tree of symbolic links that gives the same import
-names, puts it first on PYTHONPATH (so Ray workers started afterwards inherit it) and runs the target.
+The repository keeps `twin/`, `policies/`, `traces/` and `executor/` at the top level while they
+import as `dynaresize.twin` etc. (see pyproject's package-dir). Where the project cannot be
+pip-installed (a machine with no package index), this builds a small tree of symbolic links that
+gives the same import names, puts it first on PYTHONPATH (so Ray workers started afterwards
+inherit it) and runs the target. Run it from a folder other than the repository root: there the
+root's own `dynaresize/` folder, which lacks the mapped subpackages, would shadow the link tree.
 
     python3 tools/devpath.py path/to/script.py [args...]
     python3 tools/devpath.py -m dynaresize.cli run --mode sim --config example
