@@ -15,10 +15,12 @@ from pathlib import Path
 from ..policies.types import Allocation
 from ..traces.io import Trace
 from ..traces.schema import PipelineMode as TracePipelineMode
+from ..traces.workload import Workload
 from .config import ClusterConfig, ConfigError, PipelineMode, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
-from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS
+from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS, CostFit, fit_costs
+from .trace_source import trace_workload
 
 DEFAULT_GPU_MEMORY_GB = 96.0
 """GPU memory assumed without a config or a known GPU type (the paper's H20)."""
@@ -77,6 +79,37 @@ class AnalysisContext:
     def scenario_for_steps(self, num_steps: int) -> ScenarioConfig:
         simulation = self.scenario.simulation.model_copy(update={"num_steps": max(1, num_steps)})
         return self.scenario.model_copy(update={"simulation": simulation})
+
+
+@dataclass(frozen=True)
+class TraceModelInputs:
+    """What a trace is modelled with: its workload and the costs (fitted to it, or given)."""
+
+    workload: Workload
+    inferred: list[str]
+    """What had to be inferred to build the workload from the trace."""
+    costs: CostModels
+    fit: CostFit | None
+    """The fit the costs came from; None when the context's costs were used as given."""
+
+
+def trace_model_inputs(
+    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool
+) -> TraceModelInputs:
+    """The trace's workload, and the context's costs fitted to the trace unless `fit_to_trace`
+    is False (costs given by the user). The fit reuses the workload so it is built once."""
+    workload, inferred = trace_workload(trace)
+    if not fit_to_trace:
+        return TraceModelInputs(workload=workload, inferred=inferred, costs=context.costs, fit=None)
+    fit = fit_costs(
+        [trace],
+        base=context.costs,
+        model=context.model,
+        rollout_tp_size=context.rollout_tp_size,
+        sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+        workloads=[workload],
+    )
+    return TraceModelInputs(workload=workload, inferred=inferred, costs=fit.costs, fit=fit)
 
 
 def load_scenario(config: str | Path) -> ScenarioConfig:

@@ -384,27 +384,15 @@ def breakeven_for_trace(
     Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
     user). Returns the report and the `CostFit` (None when not fitted).
     """
+    from .analysis_context import trace_model_inputs
     from .config import ConfigError
     from .costs.resize import plan_resize
-    from .fit import fit_costs
     from .step_costs import compute_step_costs, steady_step_s
-    from .trace_source import trace_workload
 
     notes = list(context.assumptions) + list(trace.meta.notes)
-    workload, inferred = trace_workload(trace)
-    notes += inferred
-    fit = None
-    costs = context.costs
-    if fit_to_trace:
-        fit = fit_costs(
-            [trace],
-            base=costs,
-            model=context.model,
-            rollout_tp_size=context.rollout_tp_size,
-            sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-            workloads=[workload],
-        )
-        costs = fit.costs
+    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
+    notes += inputs.inferred
+    workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
     scenario = context.scenario
     step_costs = compute_step_costs(
         workload,

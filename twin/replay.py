@@ -30,15 +30,15 @@ from ..policies.registry import parse_policy_config, parse_policy_spec
 from ..policies.types import Allocation
 from ..traces.io import Trace
 from ..traces.schema import PipelineMode as TracePipelineMode
-from .analysis_context import AnalysisContext, context_from_config
+from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
 from .config import ConfigError
 from .costs.rollout import rollout_stage_s_many
 from .costs.sync import weight_sync_s
 from .costs.train import train_stage_s
-from .fit import CostFit, fit_costs, fitted_overrides
+from .fit import CostFit, fitted_overrides
 from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimResult, build_context, simulate
-from .trace_source import open_trace, trace_notes, trace_workload
+from .trace_source import open_trace, trace_notes
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"
@@ -161,20 +161,10 @@ def replay_trace(
             f"the trace ran on {', '.join(missing)}, not among the candidate splits "
             f"({', '.join(sorted(candidates))}): add them to cluster.candidate_topologies"
         )
-    workload, inferred = trace_workload(trace)
-    notes += inferred
-    fit = None
-    costs = context.costs
-    if fit_to_trace:
-        fit = fit_costs(
-            [trace],
-            base=costs,
-            model=context.model,
-            rollout_tp_size=context.rollout_tp_size,
-            sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-            workloads=[workload],
-        )
-        costs = fit.costs
+    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
+    notes += inputs.inferred
+    workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
+    if fit is not None:
         notes += fit.notes
     scenario = context.scenario_for_steps(len(steps))
     cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
