@@ -20,7 +20,7 @@ between two PPO updates. dynaresize moves GPUs only at step boundaries. The clos
 
 from __future__ import annotations
 
-from .types import Allocation, StageTimes, StepObservation
+from .types import Allocation, Decision, StageTimes, StepObservation
 
 TRANSITIONS_PER_LEND_CYCLE = 2
 """A lend is paid back only after the reclaim that follows it: two transitions per cycle."""
@@ -69,3 +69,25 @@ class LendingState:
 
     def is_lent(self, obs: StepObservation) -> bool:
         return self.home is not None and obs.allocation != self.home
+
+    def decide(
+        self, obs: StepObservation, *, lend: bool, why: str, lend_verb: str, reclaim_verb: str
+    ) -> Decision:
+        """The step-boundary decision once a rule has said whether lending pays now.
+
+        While lent: stay lent if it still pays, else go back home. At home: lend one notch
+        towards Rollout if it pays and a candidate offers it. The verbs are the rule's own words
+        for lending and taking back, used in the reasons.
+        """
+        home = self.home
+        assert home is not None, "observe() first"
+        if self.is_lent(obs):
+            if lend:
+                return Decision.hold(f"keep lending: {why}")
+            return Decision.resize(home, f"{reclaim_verb}: {why}")
+        if not lend:
+            return Decision.hold(why)
+        target = self.lent_allocation(obs)
+        if target is None:
+            return Decision.hold(f"would {lend_verb} ({why}) but no candidate towards rollout")
+        return Decision.resize(target, f"{lend_verb}: {why}")

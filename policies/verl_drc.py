@@ -114,18 +114,9 @@ class VerlDrcPolicy:
             self._adapt(waited_fraction)
 
         activate, why = self._should_activate(obs, gap=self.deactivate_ratio - ready)
-        home = self._lending.home
-        assert home is not None
-        if self._lending.is_lent(obs):
-            if activate:
-                return Decision.hold(f"keep lending: {why}")
-            return Decision.resize(home, f"deactivate: {why}")
-        if not activate:
-            return Decision.hold(why)
-        target = self._lending.lent_allocation(obs)
-        if target is None:
-            return Decision.hold(f"would activate ({why}) but no candidate towards rollout")
-        return Decision.resize(target, f"activate: {why}")
+        return self._lending.decide(
+            obs, lend=activate, why=why, lend_verb="activate", reclaim_verb="deactivate"
+        )
 
     def _should_activate(self, obs: StepObservation, *, gap: float) -> tuple[bool, str]:
         if gap <= 0.0:

@@ -145,18 +145,9 @@ class VerlSwitchPolicy:
         threshold = min(1.0, max(self.threshold_ratio, 1.0 / cfg.parameter_sync_step))
         remaining = max(0.0, threshold - ready)
         lend, why = self._should_lend(obs, remaining)
-        home = self._lending.home
-        assert home is not None
-        if self._lending.is_lent(obs):
-            if lend:
-                return Decision.hold(f"keep lending: {why}")
-            return Decision.resize(home, f"reclaim: {why}")
-        if not lend:
-            return Decision.hold(why)
-        target = self._lending.lent_allocation(obs)
-        if target is None:
-            return Decision.hold(f"would lend ({why}) but no candidate towards rollout")
-        return Decision.resize(target, f"lend: {why}")
+        return self._lending.decide(
+            obs, lend=lend, why=why, lend_verb="lend", reclaim_verb="reclaim"
+        )
 
     def _should_lend(self, obs: StepObservation, remaining: float) -> tuple[bool, str]:
         if obs.remaining_steps is not None and obs.remaining_steps <= 0:
