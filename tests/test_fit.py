@@ -27,6 +27,7 @@ TRUE = CostModels().with_overrides(
             "scaling_efficiency_per_doubling": 0.9,
             "fixed_overhead_s": 2.0,
             "optimizer_s_per_gb_shard": 0.08,
+            "collective_s_per_gb_per_extra_gpu": 0.01,
         },
         "sync": {"latency_s": 1.7},
     }

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, lsq_linear
 
 from ..policies.types import CostSource
 from ..traces.io import Trace
@@ -36,7 +36,12 @@ from .costs import CostModels
 from .costs.memory import ModelConfig
 from .costs.rollout import RolloutCostParams, replica_seconds
 from .costs.rollout_kernels import replica_counts
-from .costs.train import TrainCostParams, scaling_efficiency, train_stage_s
+from .costs.sync import SyncCostParams
+from .costs.train import (
+    TrainCostParams,
+    scaling_efficiency,
+    train_stage_s,
+)
 from .trace_source import trace_workload
 
 DEFAULT_MODEL_PARAMS_B = 8.0
@@ -314,8 +319,9 @@ def fit_rollout(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, Stage
 
 def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
     steps = inputs.steps
-    # The first step after a resize carries the resize's background work; it would bias the fit.
-    fresh = steps["resize_id"].isna().to_numpy()
+    # The first step after a resize carries the resize's background work, and the first step of
+    # a run its warm-up (allocator growth, kernel selection): either would bias the fit.
+    fresh = steps["resize_id"].isna().to_numpy() & (steps["step"].to_numpy() > 0)
     usable = (steps["train_s"].to_numpy() > 0) & (steps["train_gpus"].to_numpy() > 0) & fresh
     if usable.sum() < 3:
         raise FitError(
@@ -399,36 +405,42 @@ def _fit_train_several_allocations(
     base: TrainCostParams,
     model: ModelConfig,
 ) -> TrainCostParams:
-    """All four parameters: fixed, per token, scaling efficiency, optimizer step per GB."""
+    """All five parameters: fixed, per token, scaling efficiency, optimizer step per GB and the
+    collectives' share per further GPU (the one term that grows with the trainer count, so that a
+    trace whose steps get slower with more trainers, as over gloo on a shared device, is
+    explained)."""
     token_scale = max(tokens.mean(), 1.0)
     scaled_tokens = tokens / token_scale
     log2_gpus = np.log2(gpus.astype(np.float64))
     shard_gb = model.optimizer_state_gb / gpus
+    extra_gpu_gb = model.gradients_gb * (gpus - 1)
 
     def predict(x: np.ndarray) -> np.ndarray:
-        fixed_s, per_token_scaled, efficiency, optimizer_rate = x
+        fixed_s, per_token_scaled, efficiency, optimizer_rate, collective_rate = x
         return (
             fixed_s
             + scaled_tokens * per_token_scaled / (gpus * efficiency**log2_gpus)
             + optimizer_rate * shard_gb
+            + collective_rate * extra_gpu_gb
         )
 
-    x0 = np.array([base.fixed_overhead_s, 1.0, base.scaling_efficiency_per_doubling, 0.01])
+    x0 = np.array([base.fixed_overhead_s, 1.0, base.scaling_efficiency_per_doubling, 0.01, 0.01])
     x0[1] = max(float(np.median(measured * gpus)), 1e-6)
     solution = least_squares(
         lambda x: predict(x) - measured,
         x0,
-        bounds=([0.0, 0.0, 0.05, 0.0], [np.inf, np.inf, 1.0, np.inf]),
+        bounds=([0.0, 0.0, 0.05, 0.0, 0.0], [np.inf, np.inf, 1.0, np.inf, np.inf]),
         method="trf",
         x_scale="jac",
     )
-    fixed_s, per_token_scaled, efficiency, optimizer_rate = solution.x
+    fixed_s, per_token_scaled, efficiency, optimizer_rate, collective_rate = solution.x
     return base.model_copy(
         update={
             "fixed_overhead_s": float(fixed_s),
             "s_per_token_one_gpu": float(per_token_scaled / token_scale),
             "scaling_efficiency_per_doubling": float(efficiency),
             "optimizer_s_per_gb_shard": float(optimizer_rate),
+            "collective_s_per_gb_per_extra_gpu": float(collective_rate),
         }
     )
 
@@ -440,7 +452,9 @@ def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit
     from .costs.sync import weight_sync_s
 
     measured_all = inputs.steps["sync_s"].to_numpy(np.float64)
-    measured = measured_all[measured_all > 0]
+    has_sync = measured_all > 0
+    measured = measured_all[has_sync]
+    replicas = rollout_replicas_per_step(inputs.steps, inputs.rollout_tp_size)[has_sync]
     base = costs.sync
     weights_gb = inputs.model.weights_gb
     bandwidth = inputs.sync_bandwidth_gbps
@@ -449,24 +463,59 @@ def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit
         fitted = base
         assumptions.append("no step records a weight-sync time: sync parameters left unchanged")
     else:
-        target_s = float(np.median(measured))
-        link_s = weights_gb / (bandwidth * base.link_efficiency)
-        gather_part_s = weights_gb * base.gather_s_per_gb
-        if target_s >= link_s + gather_part_s:
-            fitted = base.model_copy(update={"latency_s": target_s - link_s - gather_part_s})
-        else:
-            gather = max(0.0, (target_s - link_s) / weights_gb)
-            fitted = base.model_copy(update={"latency_s": 0.0, "gather_s_per_gb": gather})
-        assumptions.append(
-            f"one weight size ({weights_gb:.3g} GB) and one link ({bandwidth:g} GB/s): only the "
-            "fixed latency is fitted, to the median measured sync time"
-        )
-    predicted = np.full(
-        len(measured),
-        weight_sync_s(weights_gb=weights_gb, bandwidth_gbps=bandwidth, params=fitted),
+        fitted, how = _fit_sync_params(measured, replicas, base, weights_gb, bandwidth)
+        assumptions.append(how)
+    predicted = np.array(
+        [
+            weight_sync_s(
+                weights_gb=weights_gb, bandwidth_gbps=bandwidth, params=fitted, num_replicas=int(r)
+            )
+            for r in replicas
+        ]
     )
     fit = StageFit("sync", fitted.model_dump(), measured, predicted, assumptions)
     return costs.model_copy(update={"sync": fitted}), fit
+
+
+def _fit_sync_params(
+    measured: np.ndarray,
+    replicas: np.ndarray,
+    base: SyncCostParams,
+    weights_gb: float,
+    bandwidth: float,
+) -> tuple[SyncCostParams, str]:
+    """One weight size and one link: the time of a sync to one replica is fitted (as latency,
+    or as per-GB gathering where the measured time is below the configured link time), and,
+    where the trace shows several replica counts, what each further receiver adds."""
+    extra = replicas.astype(np.float64) - 1.0
+    if len(np.unique(replicas)) >= 2:
+        solution = lsq_linear(
+            np.column_stack([np.ones_like(extra), extra]),
+            measured,
+            bounds=([0, 0], [np.inf, np.inf]),
+        )
+        one_replica_s, per_extra_s = (float(v) for v in solution.x)
+        how = (
+            f"one weight size ({weights_gb:.3g} GB) and one link ({bandwidth:g} GB/s): the sync "
+            f"to one replica and each further replica's share are fitted over "
+            f"{len(np.unique(replicas))} replica counts"
+        )
+    else:
+        one_replica_s, per_extra_s = float(np.median(measured)), base.extra_replica_s_per_gb
+        per_extra_s *= weights_gb
+        how = (
+            f"one weight size ({weights_gb:.3g} GB), one link ({bandwidth:g} GB/s) and one replica "
+            "count: only the fixed latency is fitted, to the median measured sync time"
+        )
+    link_s = weights_gb / (bandwidth * base.link_efficiency)
+    gather_part_s = weights_gb * base.gather_s_per_gb
+    update: dict[str, float] = {"extra_replica_s_per_gb": per_extra_s / max(weights_gb, 1e-12)}
+    if one_replica_s >= link_s + gather_part_s:
+        update["latency_s"] = one_replica_s - link_s - gather_part_s
+    else:
+        update["latency_s"] = 0.0
+        update["gather_s_per_gb"] = max(0.0, (one_replica_s - link_s) / weights_gb)
+    return base.model_copy(update=update), how
 
 
 # --- all together -----------------------------------------------------------------------------

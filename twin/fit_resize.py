@@ -234,6 +234,7 @@ def fit_resize_phases(
         updated[strategy][phase] = prior.model_copy(
             update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
         )
+    _zero_phases_never_run(records, updated, notes)
     params = base.model_copy(
         update={
             "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
@@ -416,3 +417,28 @@ class ResizeStageFitter:
 
 def has_resize_records(traces: Sequence[Trace]) -> bool:
     return any(len(t.resizes) for t in traces)
+
+
+def _zero_phases_never_run(
+    records: pd.DataFrame,
+    updated: dict[StrategyName, dict[PhaseName, PhaseCostParams]],
+    notes: list[str],
+) -> None:
+    """A phase that the measured strategy never ran costs nothing in the fitted model.
+
+    The configured DAG of a strategy may name phases that the executor measured does not have
+    (for example a separate weight sync after an overlapped resize); keeping their configured
+    cost would add time the traces show is not spent.
+    """
+    for strategy_value, group in records.groupby("strategy", sort=True):
+        strategy = StrategyName(strategy_value)
+        if strategy is StrategyName.HOST_SYNC:
+            continue
+        seen = {PhaseName(v) for v in group["phase"].unique()}
+        for phase, spec in updated[strategy].items():
+            if phase not in seen and (spec.base_s > 0 or spec.s_per_gb > 0):
+                updated[strategy][phase] = spec.model_copy(update={"base_s": 0.0, "s_per_gb": 0.0})
+                notes.append(
+                    f"{strategy.value}.{phase.value}: in the configured DAG but never run in the "
+                    "traces: costs nothing in the fitted model"
+                )

@@ -112,12 +112,17 @@ def stage_time_components(
         train[:, c] = train_stage_s(
             tokens, train_gpus=cand.train_gpus, model=model, params=costs.train
         )
-    sync_one = weight_sync_s(
-        weights_gb=model.weights_gb,
-        bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
-        params=costs.sync,
+    sync = np.array(
+        [
+            weight_sync_s(
+                weights_gb=model.weights_gb,
+                bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
+                params=costs.sync,
+                num_replicas=cluster.num_rollout_replicas(cand),
+            )
+            for cand in candidates
+        ]
     )
-    sync = np.full(len(candidates), sync_one)
     return rollout, train, sync
 
 

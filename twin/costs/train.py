@@ -43,6 +43,14 @@ class TrainCostParams(BaseModel):
         description="Seconds of the optimizer step per GB of master-plus-optimizer state a GPU "
         "holds.",
     )
+    collective_s_per_gb_per_extra_gpu: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds per GB of gradients that each training GPU beyond the first adds "
+        "to the step: collectives that grow with the rank count, as through host memory over "
+        "gloo. A ring all-reduce over NVLink is nearly flat in the rank count; its cost lands "
+        "in fixed_overhead_s.",
+    )
 
 
 def scaling_efficiency(num_gpus: int | np.ndarray, params: TrainCostParams) -> np.ndarray:
@@ -64,8 +72,10 @@ def train_stage_s(
     tokens = np.asarray(tokens, dtype=np.float64)
     efficiency = float(scaling_efficiency(train_gpus, params))
     compute_s = tokens * params.s_per_token_one_gpu / (train_gpus * efficiency)
+    collective_s = params.collective_s_per_gb_per_extra_gpu * model.gradients_gb * (train_gpus - 1)
     return (
         params.fixed_overhead_s
         + compute_s
+        + collective_s
         + optimizer_step_s(train_gpus=train_gpus, model=model, params=params)
     )
