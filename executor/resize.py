@@ -93,6 +93,80 @@ class ResizeStrategy(ABC):
         """Move the workers from `runtime.topology` to `target`; set `runtime.topology`."""
 
 
+def export_shards_to_host(runtime: Runtime, old: Topology) -> tuple[dict[int, object], int]:
+    """Every old trainer puts a host copy of its ZeRO-1 slice in the object store.
+
+    Returns the references by old trainer rank and the bytes copied.
+    """
+    exported = runtime.run(old.trainer_ids, "stash_shard", doing="exporting state")
+    shard_refs = {old.trainer_rank(w): ref_list[0] for w, (ref_list, _) in exported.items()}
+    return shard_refs, sum(nbytes for _, nbytes in exported.values())
+
+
+def switch_roles_and_bind(
+    runtime: Runtime, log: PhaseLog, *, target: Topology, bind_method: str, bind_doing: str
+) -> None:
+    """The role switch shared by the in-process strategies, as three timed phases.
+
+    Arriving trainers and new rollout replicas switch role on the same actors, then every worker
+    binds the target topology's groups through `bind_method` (built now, or cached and prewarmed)
+    and the trainers take their new ranks; `runtime.topology` becomes `target`.
+    """
+    old = runtime.topology
+    version = runtime.weights_version
+    new_trainers = target.arriving_trainers(old)
+    new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
+    with log.phase(PhaseName.WORKER_REINIT):
+        runtime.run(
+            new_trainers,
+            "set_role",
+            doing="becoming a trainer",
+            role=Role.TRAIN,
+            weights_version=version,
+        )
+    with log.phase(PhaseName.ROLLOUT_REINIT):
+        runtime.run(
+            new_replicas,
+            "set_role",
+            doing="becoming a rollout replica",
+            role=Role.ROLLOUT,
+            weights_version=version,
+        )
+    with log.phase(PhaseName.COMM_PREWARM):
+        runtime.run(runtime.all_ids, bind_method, doing=bind_doing, topology=target)
+        runtime.topology = target
+        runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+
+
+def restore_weights_from_host(
+    runtime: Runtime,
+    *,
+    old: Topology,
+    target: Topology,
+    numel: int,
+    shard_refs: dict[int, object],
+) -> int:
+    """Each new trainer re-cuts its master slice from the exported old slices; bytes fetched."""
+    old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
+    new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
+    calls = {
+        w: (
+            (),
+            {
+                "old_shard_refs": [
+                    shard_refs[r]
+                    for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
+                ]
+            },
+        )
+        for w in target.trainer_ids
+    }
+    restored = runtime.gather(
+        runtime.call_each(calls, "restore_weights"), doing="restoring weights"
+    )
+    return sum(restored.values())
+
+
 def _record_name_for_host_sync() -> StrategyName:
     """`host_sync` is the in-process, retained-placement path of the overlapped strategy with its
     three mechanisms switched off; the shared vocabulary names it where it has its own name."""
@@ -109,53 +183,16 @@ class HostSyncStrategy(ResizeStrategy):
         version = runtime.weights_version
 
         with log.phase(PhaseName.STATE_EXPORT) as extra:
-            exported = runtime.run(old.trainer_ids, "stash_shard", doing="exporting state")
-            extra["bytes_moved"] = sum(nbytes for _, nbytes in exported.values())
-        shard_refs = {old.trainer_rank(w): ref_list[0] for w, (ref_list, _) in exported.items()}
-
-        new_trainers = target.arriving_trainers(old)
-        new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
-        with log.phase(PhaseName.WORKER_REINIT):
-            runtime.run(
-                new_trainers,
-                "set_role",
-                doing="becoming a trainer",
-                role=Role.TRAIN,
-                weights_version=version,
-            )
-        with log.phase(PhaseName.ROLLOUT_REINIT):
-            runtime.run(
-                new_replicas,
-                "set_role",
-                doing="becoming a rollout replica",
-                role=Role.ROLLOUT,
-                weights_version=version,
-            )
-        with log.phase(PhaseName.COMM_PREWARM):
-            runtime.run(runtime.all_ids, "bind_topology", doing="building groups", topology=target)
-            runtime.topology = target
-            runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+            shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
+        switch_roles_and_bind(
+            runtime, log, target=target, bind_method="bind_topology", bind_doing="building groups"
+        )
 
         numel = ray.get(runtime.workers[target.trainer_ids[0]].trainer_numel.remote())
-        old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
-        new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
-            calls = {
-                w: (
-                    (),
-                    {
-                        "old_shard_refs": [
-                            shard_refs[r]
-                            for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
-                        ]
-                    },
-                )
-                for w in target.trainer_ids
-            }
-            restored = runtime.gather(
-                runtime.call_each(calls, "restore_weights"), doing="restoring weights"
+            extra["bytes_moved"] = restore_weights_from_host(
+                runtime, old=old, target=target, numel=numel, shard_refs=shard_refs
             )
-            extra["bytes_moved"] = sum(restored.values())
             runtime.run(target.trainer_ids, "refresh_model_from_master", doing="gathering weights")
         with log.phase(PhaseName.OPTIMIZER_RESTORE):
             runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
@@ -165,7 +202,7 @@ class HostSyncStrategy(ResizeStrategy):
             )
             extra["bytes_moved"] = int(sizes[target.trainer_ids[0]]["bytes"])
         with log.phase(PhaseName.POSTPROCESS):
-            del shard_refs, exported
+            del shard_refs
             runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
         return log.phases
 

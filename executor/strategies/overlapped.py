@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import time
 
-from dynaresize.traces.phases import PhaseName, Role, StrategyName
+from dynaresize.traces.phases import PhaseName, StrategyName
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import LiveStrategy
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..resize import (
+    PhaseLog,
+    PhaseTiming,
+    ResizeStrategy,
+    export_shards_to_host,
+    register_strategy,
+    restore_weights_from_host,
+    switch_roles_and_bind,
+)
 from ..runtime import Runtime
-from ..shards import ShardLayout, sources_of
 from ..topology import Topology
 from .plan import reshard_moves, staged_bytes
 
@@ -161,32 +168,10 @@ class OverlappedStrategy(ResizeStrategy):
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
-                exported = runtime.run(old.trainer_ids, "stash_shard", doing="exporting state")
-                extra["bytes_moved"] = sum(n for _, n in exported.values())
-                shard_refs = {old.trainer_rank(w): refs[0] for w, (refs, _) in exported.items()}
-
-        arriving = target.arriving_trainers(old)
-        new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
-        with log.phase(PhaseName.WORKER_REINIT):
-            runtime.run(
-                arriving,
-                "set_role",
-                doing="becoming a trainer",
-                role=Role.TRAIN,
-                weights_version=version,
-            )
-        with log.phase(PhaseName.ROLLOUT_REINIT):
-            runtime.run(
-                new_replicas,
-                "set_role",
-                doing="becoming a rollout replica",
-                role=Role.ROLLOUT,
-                weights_version=version,
-            )
-        with log.phase(PhaseName.COMM_PREWARM):
-            runtime.run(runtime.all_ids, "fast_bind", doing="binding groups", topology=target)
-            runtime.topology = target
-            runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+                shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
+        switch_roles_and_bind(
+            runtime, log, target=target, bind_method="fast_bind", bind_doing="binding groups"
+        )
 
         step = version  # AdamW steps applied so far
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
@@ -204,24 +189,9 @@ class OverlappedStrategy(ResizeStrategy):
                 extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
             else:
                 assert shard_refs is not None
-                old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
-                new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
-                calls = {
-                    w: (
-                        (),
-                        {
-                            "old_shard_refs": [
-                                shard_refs[r]
-                                for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
-                            ]
-                        },
-                    )
-                    for w in target.trainer_ids
-                }
-                fetched = runtime.gather(
-                    runtime.call_each(calls, "restore_weights"), doing="restoring weights"
+                extra["bytes_moved"] = restore_weights_from_host(
+                    runtime, old=old, target=target, numel=numel, shard_refs=shard_refs
                 )
-                extra["bytes_moved"] = sum(fetched.values())
 
         critical_moments = not mech.defer_optimizer
         with log.phase(PhaseName.OPTIMIZER_RESTORE, critical=True) as extra:
