@@ -17,9 +17,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -55,23 +52,11 @@ def twin_trace(config, schedule):
     from dynaresize.traces.io import Trace
     from dynaresize.traces.schema import RunMeta
     from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.trace_source import workload_samples
 
     context = build_context(config)
     result = simulate(config, {"kind": "scheduled", "schedule": schedule}, context=context)
-    w = context.workload
-    index = w.step_index()
-    samples = pd.DataFrame(
-        {
-            "schema_version": 1,
-            "step": index,
-            "sample_index": np.arange(len(index)) - w.step_offsets[index],
-            "prompt_tokens": w.prompt_tokens,
-            "response_tokens": w.response_tokens,
-            "rollout_replica": [None] * len(index),
-            "device": [None] * len(index),
-            "finish_s": [None] * len(index),
-        }
-    )
+    samples = workload_samples(context.workload)
     return Trace(
         meta=RunMeta(source="twin", model_params_b=8.0), steps=result.steps, samples=samples
     )

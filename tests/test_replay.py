@@ -21,6 +21,7 @@ from dynaresize.twin.replay import (
     replay_trace,
 )
 from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.trace_source import workload_samples
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
@@ -47,20 +48,7 @@ def _twin_trace(config: ScenarioConfig, schedule: list[dict]) -> Trace:
     """A trace the twin itself wrote: its step table plus the per-sample lengths it used."""
     context = build_context(config)
     result = simulate(config, {"kind": "scheduled", "schedule": schedule}, context=context)
-    w = context.workload
-    index = w.step_index()
-    samples = pd.DataFrame(
-        {
-            "schema_version": 1,
-            "step": index,
-            "sample_index": np.arange(len(index)) - w.step_offsets[index],
-            "prompt_tokens": w.prompt_tokens,
-            "response_tokens": w.response_tokens,
-            "rollout_replica": [None] * len(index),
-            "device": [None] * len(index),
-            "finish_s": [None] * len(index),
-        }
-    )
+    samples = workload_samples(context.workload)
     meta = RunMeta(source="twin", model_params_b=8.0)
     return Trace(meta=meta, steps=result.steps, samples=samples).validated(source="twin")
 
