@@ -118,49 +118,71 @@ def raw_recommendation(current_gpus: int, *, metric: float, target: float, toler
     return math.ceil(current_gpus * usage_ratio)
 
 
-def _change_in_period(
-    events: deque[tuple[int, int]], *, step: int, period_steps: int
-) -> tuple[int, int]:
-    """GPUs added and removed by resizes within the last `period_steps` boundaries."""
+def _gpus_at_period_start(
+    current: int, events: deque[tuple[int, int]], *, step: int, period_steps: int
+) -> int:
+    """Rollout GPUs before the resizes within the last `period_steps` boundaries."""
     added = sum(d for s, d in events if s > step - period_steps and d > 0)
     removed = sum(-d for s, d in events if s > step - period_steps and d < 0)
-    return added, removed
+    return current - added + removed
+
+
+def _rate_limit(
+    current: int,
+    events: deque[tuple[int, int]],
+    *,
+    step: int,
+    policies: tuple[ScalingPolicy, ...],
+    select: SelectPolicy,
+    grow: bool,
+) -> int:
+    """Farthest rollout GPU count one direction's policies allow now (HPA's rate limits).
+
+    Each policy allows `value` GPUs or `value` percent (rounded away from `current`) beyond the
+    count at the start of its period; Max takes the policy allowing the most change, Min the
+    least, Disabled allows none.
+    """
+    if select is SelectPolicy.DISABLED:
+        return current
+    sign = 1 if grow else -1
+    round_outwards = math.ceil if grow else math.floor
+    proposals = []
+    for policy in policies:
+        start = _gpus_at_period_start(current, events, step=step, period_steps=policy.period_steps)
+        if policy.type is ScalingPolicyType.GPUS:
+            proposals.append(start + sign * policy.value)
+        else:
+            proposals.append(round_outwards(start * (1.0 + sign * policy.value / 100.0)))
+    most_change, least_change = (max, min) if grow else (min, max)
+    return most_change(proposals) if select is SelectPolicy.MAX else least_change(proposals)
 
 
 def scale_up_limit(
     current: int, events: deque[tuple[int, int]], *, step: int, config: HpaConfig
 ) -> int:
     """Highest rollout GPU count the scale-up policies allow now."""
-    select = config.scale_up_select_policy
-    if select is SelectPolicy.DISABLED:
-        return current
-    proposals = []
-    for policy in config.scale_up_policies:
-        added, removed = _change_in_period(events, step=step, period_steps=policy.period_steps)
-        start = current - added + removed
-        if policy.type is ScalingPolicyType.GPUS:
-            proposals.append(start + policy.value)
-        else:
-            proposals.append(math.ceil(start * (1.0 + policy.value / 100.0)))
-    return max(proposals) if select is SelectPolicy.MAX else min(proposals)
+    return _rate_limit(
+        current,
+        events,
+        step=step,
+        policies=config.scale_up_policies,
+        select=config.scale_up_select_policy,
+        grow=True,
+    )
 
 
 def scale_down_limit(
     current: int, events: deque[tuple[int, int]], *, step: int, config: HpaConfig
 ) -> int:
     """Lowest rollout GPU count the scale-down policies allow now."""
-    select = config.scale_down_select_policy
-    if select is SelectPolicy.DISABLED:
-        return current
-    proposals = []
-    for policy in config.scale_down_policies:
-        added, removed = _change_in_period(events, step=step, period_steps=policy.period_steps)
-        start = current - added + removed
-        if policy.type is ScalingPolicyType.GPUS:
-            proposals.append(start - policy.value)
-        else:
-            proposals.append(math.floor(start * (1.0 - policy.value / 100.0)))
-    return min(proposals) if select is SelectPolicy.MAX else max(proposals)
+    return _rate_limit(
+        current,
+        events,
+        step=step,
+        policies=config.scale_down_policies,
+        select=config.scale_down_select_policy,
+        grow=False,
+    )
 
 
 class HpaPolicy:
