@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import yaml
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from make_live_cpu_traces import WORKLOAD_PRESETS, run_config  # noqa: E402
+from make_live_cpu_traces import WORKLOAD_PRESETS, keep_run, run_config  # noqa: E402
 
 SMALL_QWEN2 = {
     "model_type": "qwen2",
@@ -75,16 +74,7 @@ def run_one(preset: str, *, out_root: Path, model: str, num_steps: int, device: 
         # the mapped subpackages, which would shadow the link tree in the workers.
         subprocess.run(command, check=True, cwd=scratch)
         wall_s = time.perf_counter() - started
-        if destination.exists():
-            shutil.rmtree(destination)
-        destination.mkdir(parents=True)
-        shutil.copytree(run_dir / "trace", destination / "trace")
-        meta = json.loads((run_dir / "trace" / "meta.json").read_text())
-        if meta.get("model_params_b"):
-            config["model"]["num_params_b"] = meta["model_params_b"]
-        (destination / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        scenario = {k: v for k, v in config.items() if k not in ("live", "output")}
-        (destination / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+        meta = keep_run(run_dir, destination, config)
     print(f"{preset}: live run on {device} took {wall_s:.0f} s", flush=True)
     return {"preset": preset, "wall_s": wall_s, "model_params_b": meta.get("model_params_b")}
 

@@ -79,6 +79,27 @@ def run_config(preset: str) -> dict:
     return config
 
 
+def keep_run(run_dir: Path, destination: Path, config: dict) -> dict:
+    """Replace `destination` with the run's trace and the configs that describe it.
+
+    `run_config.yaml` is what ran, `scenario.yaml` the same without the sections only the live
+    executor and the command line read. Both carry the model size the executor counted rather
+    than the config's round figure, so the twin models the model that ran. Returns the trace's
+    metadata.
+    """
+    if destination.exists():
+        shutil.rmtree(destination)
+    destination.mkdir(parents=True)
+    shutil.copytree(run_dir / "trace", destination / "trace")
+    meta = json.loads((run_dir / "trace" / "meta.json").read_text())
+    if meta.get("model_params_b"):
+        config["model"]["num_params_b"] = meta["model_params_b"]
+    (destination / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    scenario = {k: v for k, v in config.items() if k not in ("live", "output")}
+    (destination / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+    return meta
+
+
 def run_one(preset: str, out_root: Path) -> Path:
     """Run the preset live through the command line; keep its trace and configs."""
     config = run_config(preset)
@@ -91,17 +112,7 @@ def run_one(preset: str, out_root: Path) -> Path:
         command = ["dynaresize", "run", "--mode", "live", "--config", str(config_path)]
         subprocess.run([*command, "--out", str(run_dir)], check=True)
         print(f"{preset}: live run took {time.perf_counter() - started:.0f} s of wall time")
-        if destination.exists():
-            shutil.rmtree(destination)
-        destination.mkdir(parents=True)
-        shutil.copytree(run_dir / "trace", destination / "trace")
-        # The twin's model size: what the executor counted, not the config's round figure.
-        meta = json.loads((run_dir / "trace" / "meta.json").read_text())
-        if meta.get("model_params_b"):
-            config["model"]["num_params_b"] = meta["model_params_b"]
-        (destination / "run_config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-        scenario = {k: v for k, v in config.items() if k not in ("live", "output")}
-        (destination / "scenario.yaml").write_text(yaml.safe_dump(scenario, sort_keys=False))
+        keep_run(run_dir, destination, config)
         if (run_dir / "setup.json").exists():
             shutil.copy(run_dir / "setup.json", destination / "setup.json")
     return destination
