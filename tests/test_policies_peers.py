@@ -94,44 +94,32 @@ def test_verl_switch_stays_lent_while_lending_still_pays():
     assert decisions[1].reason.startswith("keep lending")
 
 
+def threshold_ratios(policy, num_steps: int, **stage_times) -> list[float]:
+    """The verl_switch threshold ratio after each of `num_steps` steps with the same times."""
+    ratios = []
+    for step in range(num_steps):
+        policy.decide(make_obs(step=step, **stage_times))
+        ratios.append(policy.threshold_ratio)
+    return ratios
+
+
 def test_verl_switch_ratio_floor_and_ceiling():
     calm = build_policy({"kind": "verl_switch"})
-    ratios = []
-    for step in range(7):
-        calm.decide(make_obs(step=step, allocation="6:2", rollout_s=10, train_s=30))
-        ratios.append(calm.threshold_ratio)
+    ratios = threshold_ratios(calm, 7, allocation="6:2", rollout_s=10, train_s=30)
     # release after 2 calm steps, then every calm step; floor 1 / parameter_sync_step = 0.25
     assert ratios == pytest.approx([0.40, 0.37, 0.34, 0.31, 0.28, 0.25, 0.25])
 
     idle = build_policy({"kind": "verl_switch", "switch_threshold_ratio": 0.9})
-    ratios = []
-    for step in range(5):
-        idle.decide(
-            make_obs(
-                step=step,
-                allocation="6:2",
-                rollout_s=30,
-                train_s=29.5,
-                measured_resize_costs_s=(1e6,),
-            )
-        )
-        ratios.append(idle.threshold_ratio)
+    ratios = threshold_ratios(
+        idle, 5, allocation="6:2", rollout_s=30, train_s=29.5, measured_resize_costs_s=(1e6,)
+    )
     # a 0.5 s wait is below the 2 s idle tolerance: calm, not idle
     assert ratios == pytest.approx([0.90, 0.87, 0.84, 0.81, 0.78])
 
     idle = build_policy({"kind": "verl_switch", "switch_threshold_ratio": 0.9})
-    ratios = []
-    for step in range(4):
-        idle.decide(
-            make_obs(
-                step=step,
-                allocation="6:2",
-                rollout_s=30,
-                train_s=20,
-                measured_resize_costs_s=(1e6,),
-            )
-        )
-        ratios.append(idle.threshold_ratio)
+    ratios = threshold_ratios(
+        idle, 4, allocation="6:2", rollout_s=30, train_s=20, measured_resize_costs_s=(1e6,)
+    )
     assert ratios == pytest.approx([0.90, 0.95, 1.0, 1.0])
 
 
