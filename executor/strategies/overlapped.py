@@ -32,7 +32,7 @@ from ..resize import (
 )
 from ..runtime import Runtime
 from ..topology import Topology
-from .plan import reshard_moves, staged_bytes
+from .plan import SliceMove, reshard_moves, staged_bytes
 
 FP32_BYTES = 4
 
@@ -176,14 +176,12 @@ class OverlappedStrategy(ResizeStrategy):
         step = version  # AdamW steps applied so far
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
             if mech.staging:
-                base = self._next_transfer_ids(len(moves))
-                runtime.run(
+                self._run_staged(
+                    runtime,
                     involved,
                     "fast_move_weights",
                     doing="moving master slices",
                     moves=moves,
-                    pools=self._pools,
-                    transfer_base=base,
                     optimizer_step=step,
                 )
                 extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
@@ -196,14 +194,12 @@ class OverlappedStrategy(ResizeStrategy):
         critical_moments = not mech.defer_optimizer
         with log.phase(PhaseName.OPTIMIZER_RESTORE, critical=True) as extra:
             if mech.staging:
-                base = self._next_transfer_ids(len(moves))
-                runtime.run(
+                self._run_staged(
+                    runtime,
                     involved,
                     "fast_move_moments",
                     doing="moving optimizer moments",
                     moves=moves,
-                    pools=self._pools,
-                    transfer_base=base,
                     optimizer_step=step,
                     deferred=mech.defer_optimizer,
                 )
@@ -226,6 +222,29 @@ class OverlappedStrategy(ResizeStrategy):
                 del shard_refs
                 runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
         return log.phases
+
+    def _run_staged(
+        self,
+        runtime: Runtime,
+        workers: tuple[int, ...],
+        method: str,
+        *,
+        doing: str,
+        moves: list[SliceMove],
+        optimizer_step: int,
+        **options: object,
+    ) -> None:
+        """One staged move through the workers' pools, with a fresh block of transfer ids."""
+        runtime.run(
+            workers,
+            method,
+            doing=doing,
+            moves=moves,
+            pools=self._pools,
+            transfer_base=self._next_transfer_ids(len(moves)),
+            optimizer_step=optimizer_step,
+            **options,
+        )
 
     def _next_transfer_ids(self, count: int) -> int:
         base = self._transfers
