@@ -12,9 +12,9 @@ from dynaresize.policies.hpa import raw_recommendation
 from policy_observations import make_obs
 
 
-def feed(policy, steps):
-    """steps: (allocation, rollout_s, train_s, measured costs, remaining) -> decisions."""
-    out = []
+def decide_each(policy, steps):
+    """steps: (allocation, rollout_s, train_s, measured costs, remaining); yields each decision
+    as it is made, so the caller can read the policy's state after every step."""
     for step, (allocation, rollout_s, train_s, measured, remaining) in enumerate(steps):
         obs = make_obs(
             step=step,
@@ -24,8 +24,12 @@ def feed(policy, steps):
             measured_resize_costs_s=measured,
             remaining_steps=remaining,
         )
-        out.append(policy.decide(obs))
-    return out
+        yield policy.decide(obs)
+
+
+def feed(policy, steps):
+    """steps: (allocation, rollout_s, train_s, measured costs, remaining) -> decisions."""
+    return list(decide_each(policy, steps))
 
 
 def summary(decisions):
@@ -62,16 +66,8 @@ def test_verl_switch_hand_worked_sequence():
     ]
     ratios = []
     decisions = []
-    for step, (allocation, rollout_s, train_s, measured, remaining) in enumerate(steps):
-        obs = make_obs(
-            step=step,
-            allocation=allocation,
-            rollout_s=rollout_s,
-            train_s=train_s,
-            measured_resize_costs_s=measured,
-            remaining_steps=remaining,
-        )
-        decisions.append(policy.decide(obs))
+    for decision in decide_each(policy, steps):
+        decisions.append(decision)
         ratios.append(policy.threshold_ratio)
     assert summary(decisions) == [
         "hold", "5:3", "6:2", "hold", "hold", "hold", "hold", "5:3", "6:2", "hold",
@@ -133,29 +129,22 @@ def test_verl_drc_hand_worked_sequence():
     steps = [
         # step 0: wait 10 s, ready 0.75, waited 0.25 -> +clip(0.25) = +0.1 -> ratio 0.40;
         #   gap 0.40 - 0.75 < 0 -> hold
-        ("6:2", 40, 30, ()),
+        ("6:2", 40, 30, (), None),
         # step 1: wait 30 s, ready 0.4 -> wait/batch 30 / 0.6 = 50 s; ratio 0.50; gap 0.10;
         #   saving 0.1 * 50 = 5 s <= 10 s (no history) -> hold
-        ("6:2", 50, 20, ()),
+        ("6:2", 50, 20, (), None),
         # step 2: wait 80 s, ready 0.2 -> 100 s/batch; ratio 0.60; gap 0.40; 40 s > 10 s -> activate
-        ("6:2", 100, 20, ()),
+        ("6:2", 100, 20, (), None),
         # step 3: lent; wait 4 s, ready 0.9 -> ratio 0.70; gap < 0 -> deactivate
-        ("5:3", 40, 36, (3.0,)),
+        ("5:3", 40, 36, (3.0,), None),
         # step 4: no wait -> ratio 0.68; gap < 0 -> hold
-        ("6:2", 20, 30, (3.0, 5.0)),
+        ("6:2", 20, 30, (3.0, 5.0), None),
         # step 5: wait 30 s, ready 0.5 -> 60 s/batch; ratio 0.78; gap 0.28; saving 16.8 s >
         #   cost 2 * mean(3, 5) = 8 s -> activate
-        ("6:2", 60, 30, (3.0, 5.0)),
+        ("6:2", 60, 30, (3.0, 5.0), None),
     ]
-    for step, (allocation, rollout_s, train_s, measured) in enumerate(steps):
-        obs = make_obs(
-            step=step,
-            allocation=allocation,
-            rollout_s=rollout_s,
-            train_s=train_s,
-            measured_resize_costs_s=measured,
-        )
-        decisions.append(policy.decide(obs))
+    for decision in decide_each(policy, steps):
+        decisions.append(decision)
         ratios.append(policy.deactivate_ratio)
     assert summary(decisions) == ["hold", "hold", "5:3", "6:2", "hold", "5:3"]
     assert ratios == pytest.approx([0.40, 0.50, 0.60, 0.70, 0.68, 0.78])
