@@ -40,6 +40,7 @@ from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
 from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
+from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
@@ -167,6 +168,7 @@ class LiveSession:
         self.steps_since_resize: int | None = None
         self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
+        self.cost_feedback: ResizeCostFeedback | None = None
 
     def _meta(self, device_name: str) -> RunMeta:
         return RunMeta(
@@ -256,6 +258,12 @@ class LiveSession:
             weight_bytes_per_param=weight_bytes,
             costs_path=self.costs_path,
             scenario=self.scenario,
+        )
+        # Resize costs the policy sees: the twin's until this run has measured its own.
+        self.cost_feedback = ResizeCostFeedback(
+            fallback_critical_s=self.estimator.model_critical_s,
+            fallback_background_s=self.estimator.model_background_s,
+            fallback_source=self.estimator.model_source,
         )
         return str(infos[0]["device_name"])
 
@@ -429,6 +437,8 @@ class LiveSession:
             response_len_max=float(lengths.max()),
         )
         self._resize_before_step = None
+        assert self.cost_feedback is not None
+        self.cost_feedback.observe_step_record(record)
         samples = [
             SampleRecord(
                 step=step,
@@ -484,6 +494,8 @@ class LiveSession:
             measured_resize_s=tuple(self.measured_resize_s),
             last_batch=last_batch,
         )
+        assert self.cost_feedback is not None
+        candidates = self.cost_feedback.with_costs(candidates, current=current)
         obs = StepObservation(
             step=step,
             now_s=rt.clock(),
@@ -507,7 +519,7 @@ class LiveSession:
                     from_allocation=current.label,
                     to_allocation=decision.target.label if decision.target else None,
                     reason=decision.reason,
-                    cost_source=candidates[0].cost_source.value,
+                    cost_source=decision_cost_source(obs, decision).value,
                     predicted_resize_critical_s=chosen.predicted_resize_critical_s
                     if chosen
                     else None,
