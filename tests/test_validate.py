@@ -20,10 +20,10 @@ from dynaresize.twin.validate import (
     recorded_decision_schedule,
     validate_trace,
 )
+from twin_scenarios import raw, scenario
 from typer.testing import CliRunner
 
 from dynaresize.commands import validate as validate_command
-from twin_scenarios import raw, scenario
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
 DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data"
