@@ -160,7 +160,7 @@ def test_a_wrong_model_shows_up_as_error():
         {"train": {"s_per_token_one_gpu": 1.5 * config.costs.train.s_per_token_one_gpu}}
     )
     report = validate_trace(trace, context_from_config(config, [trace]).with_costs(slow))
-    assert report.median_step_ape > 0.1
+    assert report.median_step_ape > 0.05
     assert report.total_time_error > 0.05
     # Per-token work grew by half; fixed and optimizer time did not.
     assert 0.3 < report.stage_median_ape("train") < 0.5
