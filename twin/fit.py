@@ -30,6 +30,7 @@ from scipy.optimize import least_squares, lsq_linear
 
 from ..policies.types import CostSource
 from ..traces.io import Trace
+from ..traces.schema import PipelineMode, RunMeta
 from ..traces.workload import Workload
 from .config import ConfigError
 from .costs import CostModels
@@ -176,7 +177,11 @@ def gather_inputs(
     for i, trace in enumerate(traces):
         if len(trace.steps) == 0:
             raise FitError(f"trace {i + 1} ({trace.meta.source_path or 'in memory'}) has no steps")
-        frames.append(trace.steps.assign(trace_index=i))
+        frames.append(
+            trace.steps.assign(
+                trace_index=i, batch_rollout_gpus=batch_rollout_gpus(trace.steps, trace.meta)
+            )
+        )
         if workloads is None:
             workload, inferred = trace_workload(trace)
             per_trace.append(workload)
@@ -208,9 +213,27 @@ def gather_inputs(
     )
 
 
-def rollout_replicas_per_step(steps: pd.DataFrame, rollout_tp_size: int) -> np.ndarray:
-    """Rollout replicas of each step; colocated steps (no rollout GPUs) generate on every GPU."""
+def batch_rollout_gpus(steps: pd.DataFrame, meta: RunMeta) -> np.ndarray:
+    """Rollout GPUs that generated each step's batch.
+
+    One step off, the batch step k trains on was generated while step k-1 ran, on step k-1's
+    split (the first batch on the first step's split); in the other modes a step's batch comes
+    from its own split. A resize therefore shows in the rollout times one step later.
+    """
     gpus = steps["rollout_gpus"].to_numpy(np.int64)
+    if meta.pipeline_mode is PipelineMode.ONE_STEP_OFF and len(gpus) > 1:
+        return np.concatenate([gpus[:1], gpus[:-1]])
+    return gpus
+
+
+def rollout_replicas_per_step(
+    steps: pd.DataFrame, rollout_tp_size: int, *, of_batch: bool = True
+) -> np.ndarray:
+    """Rollout replicas of each step: those that generated its batch (`of_batch`) or those that
+    run during it (who receive the weight sync after it). Colocated steps (no rollout GPUs)
+    generate on every GPU."""
+    of_batch = of_batch and "batch_rollout_gpus" in steps
+    gpus = steps["batch_rollout_gpus" if of_batch else "rollout_gpus"].to_numpy(np.int64)
     gpus = np.where(gpus > 0, gpus, steps["train_gpus"].to_numpy(np.int64))
     return np.maximum(1, gpus // rollout_tp_size)
 
@@ -454,7 +477,9 @@ def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit
     measured_all = inputs.steps["sync_s"].to_numpy(np.float64)
     has_sync = measured_all > 0
     measured = measured_all[has_sync]
-    replicas = rollout_replicas_per_step(inputs.steps, inputs.rollout_tp_size)[has_sync]
+    replicas = rollout_replicas_per_step(inputs.steps, inputs.rollout_tp_size, of_batch=False)[
+        has_sync
+    ]
     base = costs.sync
     weights_gb = inputs.model.weights_gb
     bandwidth = inputs.sync_bandwidth_gbps
