@@ -324,6 +324,23 @@ class _Ring:
                 f"({transfer_id}, {index}), got {got}"
             )
 
+    def wait_until_read(self, fd_kind: str) -> None:
+        """Block until the peer has read every message posted on `fd_kind`.
+
+        Several senders share one pool's 'free' pipe, one after another: the next sender may
+        start only once the previous one has taken its last 'free' messages, or it would read
+        them as its own.
+        """
+        fd = self._ready_fd if fd_kind == "ready" else self._free_fd
+        deadline = time.monotonic() + self.config.peer_timeout_s
+        while select.select([fd], [], [], 0)[0]:
+            if time.monotonic() > deadline:
+                raise StagingError(
+                    f"staging pool {self.name!r}: the last sender left its '{fd_kind}' "
+                    f"messages unread for {self.config.peer_timeout_s:g} s"
+                )
+            time.sleep(1e-4)
+
     def drain(self) -> None:
         """Drop stale messages left by an aborted transfer."""
         for fd in (self._ready_fd, self._free_fd):
@@ -437,6 +454,7 @@ class StagingPool:
         """
         started = time.perf_counter()
         if sender_id is not None:
+            self._ring.wait_until_read("free")
             self._grant(sender_id, transfer_id)
         specs = specs_of(destination)
         chunks = plan_chunks(specs, self.config.chunk_bytes)
