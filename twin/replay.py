@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +35,7 @@ from .costs.sync import weight_sync_s
 from .costs.train import train_stage_s
 from .fit import CostFit, fitted_overrides
 from .optimal import OptimalSchedule, Regret, optimum_of_context
+from .output_dir import staged_output_dir
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
 
@@ -353,9 +352,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
 
     Files are written to a temporary folder beside `out_dir` and then moved in.
     """
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with staged_output_dir(out_dir) as staging:
         result.table.to_csv(staging / "replay.csv", index=False)
         payload = {
             "table": result.table.to_dict(orient="records"),
@@ -374,15 +371,6 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             (staging / "costs.yaml").write_text(text)
         result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
-        if out_dir.exists():
-            for item in staging.iterdir():
-                os.replace(item, out_dir / item.name)
-            staging.rmdir()
-        else:
-            os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def run_replay(

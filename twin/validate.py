@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from ..traces.io import Trace
 from ..traces.phases import StrategyName
 from .analysis_context import AnalysisContext, context_from_config
 from .config import ConfigError, PipelineMode
+from .output_dir import staged_output_dir
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
 
@@ -507,22 +506,11 @@ def plot_validation(report: ValidationReport, *, title: str):
 
 def write_validation_outputs(report: ValidationReport, out_dir: Path, *, title: str) -> None:
     """validation.json, per_step.csv, resizes.csv and validation.png, all or nothing."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
+    with staged_output_dir(out_dir) as staging:
         (staging / "validation.json").write_text(json.dumps(report.as_dict(), indent=2))
         report.per_step.to_csv(staging / "per_step.csv", index=False)
         report.resizes.to_csv(staging / "resizes.csv", index=False)
         plot_validation(report, title=title).savefig(staging / "validation.png", dpi=110)
-        if out_dir.exists():
-            for item in staging.iterdir():
-                os.replace(item, out_dir / item.name)
-            staging.rmdir()
-        else:
-            os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def run_validation(
