@@ -21,27 +21,24 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-QWEN2_0_5B_UNTIED = {
-    # The Qwen2-0.5B shape with Qwen2's vocabulary and untied input/output embeddings: 0.63B
-    # parameters, so that the run is above half a billion whatever the tokenizer.
-    "model_type": "qwen2",
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 14,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1_000_000.0,
-    "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": False,
-    "vocab_size": 151_936,
-}
+
+
+def qwen2_0_5b_untied() -> dict:
+    """The Qwen2-0.5B shape with Qwen2's vocabulary and untied input/output embeddings: 0.63B
+    parameters, so that the run is above half a billion whatever the tokenizer."""
+    from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, preset_architecture
+
+    return {
+        **preset_architecture("qwen2-0.5b"),
+        "tie_word_embeddings": False,
+        "vocab_size": QWEN2_VOCAB_SIZE,
+    }
 
 
 def live_fields(device: str) -> dict:
     if device == "cuda":
         return {
-            "model": {"config": QWEN2_0_5B_UNTIED, "dtype": "bfloat16"},
+            "model": {"config": qwen2_0_5b_untied(), "dtype": "bfloat16"},
             "device": "cuda",
             "num_gpus": 1,
             "num_workers": 4,

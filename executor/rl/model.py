@@ -82,6 +82,11 @@ _PRESETS: dict[ModelPreset, dict[str, Any]] = {
 QWEN2_VOCAB_SIZE = 151_936
 
 
+def preset_architecture(preset: ModelPreset | str) -> dict[str, Any]:
+    """A copy of a preset's Hugging Face config fields, to build a variant of it."""
+    return dict(_PRESETS[ModelPreset(preset)])
+
+
 class ModelSpec(BaseModel):
     """Which model to build. Exactly one of `preset`, `config` and `path` is set."""
 
