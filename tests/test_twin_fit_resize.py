@@ -92,7 +92,9 @@ def test_recovers_known_phase_parameters(three_sizes):
     for phase_fit in result.phases:
         want = truth.phases(phase_fit.strategy)[phase_fit.phase]
         fitted = result.params.phases(phase_fit.strategy)[phase_fit.phase]
-        assert phase_fit.num_records == 9  # three resizes in each of three traces
+        # Three resizes in each of three traces; engines start in the two that grow rollout.
+        gaining_only = phase_fit.phase is PhaseName.ROLLOUT_REINIT
+        assert phase_fit.num_records == (6 if gaining_only else 9)
         if want.moves is StateMoved.NONE:
             assert phase_fit.rate_status is ParamStatus.NOT_APPLICABLE
             assert fitted.base_s == pytest.approx(want.base_s, rel=0.03)

@@ -209,6 +209,11 @@ def fit_resize_phases(
                 "host_sync from the overlapped table, so fit runs of overlapped or stop_and_rebuild"
             )
             continue
+        if phase is PhaseName.ROLLOUT_REINIT:
+            # Engines start only where the rollout side gains GPUs; elsewhere the phase is empty.
+            group = group[_gains_rollout(group)]
+            if group.empty:
+                continue
         prior = base.phases(strategy).get(phase)
         if prior is None:
             notes.append(
@@ -361,6 +366,7 @@ def _critical_path_check(
             params=params,
             host_bandwidth_gbps=links.host_bandwidth_gbps,
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
+            starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1]).iloc[0]),
         )
         measured.append(float(critical["end_s"].max() - resize["start_s"].min()))
         predicted.append(plan.critical_s)
@@ -442,3 +448,12 @@ def _zero_phases_never_run(
                     f"{strategy.value}.{phase.value}: in the configured DAG but never run in the "
                     "traces: costs nothing in the fitted model"
                 )
+
+
+def _gains_rollout(records: pd.DataFrame) -> pd.Series:
+    """Whether each record's resize gives the rollout side more GPUs (train:rollout labels)."""
+
+    def rollout(labels: pd.Series) -> pd.Series:
+        return labels.str.split(":").str[1].astype(int)
+
+    return rollout(records["to_allocation"]) > rollout(records["from_allocation"])

@@ -179,6 +179,17 @@ def uniform_resize_matrix(num_candidates: int, cost_s: float) -> np.ndarray:
     return matrix
 
 
+def resize_matrix(candidates, plans) -> np.ndarray:
+    """Critical path of every move between candidates (`twin.costs.resize.ResizePlans`); staying
+    costs nothing."""
+    return np.array(
+        [
+            [0.0 if a == b else plans.between(a, b).critical_s for b in candidates]
+            for a in candidates
+        ]
+    )
+
+
 def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedule:
     """The offline optimum of a twin run's context (`twin.simulate.SimContext`).
 
@@ -191,7 +202,7 @@ def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedul
     """
     step_costs = context.step_costs
     initial = step_costs.index(context.config.cluster.initial_allocation) if from_initial else None
-    resize_s = uniform_resize_matrix(len(step_costs.candidates), context.plan.critical_s)
+    resize_s = resize_matrix(step_costs.candidates, context.plans)
     return offline_optimum(step_costs.step_s, resize_s, initial_index=initial)
 
 

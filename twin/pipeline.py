@@ -37,7 +37,7 @@ from dynaresize.policies.types import (
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from .config import InFlightHandling, PipelineConfig, PipelineMode
-from .costs.resize import ResizePlan
+from .costs.resize import ResizePlan, ResizePlans
 from .step_costs import StepCosts
 
 __all__ = ["PipelineRecords", "run_pipeline"]
@@ -126,7 +126,7 @@ class _Pipeline:
         policy_name: str,
         pipeline: PipelineConfig,
         initial: Allocation,
-        plan: ResizePlan,
+        plans: ResizePlans,
         predicted_step_s: np.ndarray,
         observation_window_steps: int,
         cost_source: CostSource,
@@ -137,7 +137,7 @@ class _Pipeline:
         self.policy_name = policy_name
         self.pipeline = pipeline
         self.current = costs.index(initial)
-        self.plan = plan
+        self.plans = plans
         self.predicted_step_s = predicted_step_s
         self.recent: deque[StageTimes] = deque(maxlen=observation_window_steps)
         self.cost_source = cost_source
@@ -169,24 +169,12 @@ class _Pipeline:
         self.predicted = predicted_step_s.tolist()
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
-        # Every field of each candidate's prediction but the predicted step time, for the
-        # candidate being the current split (no resize needed) or not.
+        # Every field of each candidate's prediction but the predicted step time, for each
+        # current split (outer index) and candidate (inner index): staying costs nothing, a
+        # move costs its kind's plan.
         self.prediction_templates = [
-            (
-                {
-                    "allocation": cand,
-                    "predicted_resize_critical_s": plan.critical_s,
-                    "predicted_resize_background_s": plan.slowdown_s,
-                    "cost_source": cost_source,
-                },
-                {
-                    "allocation": cand,
-                    "predicted_resize_critical_s": 0.0,
-                    "predicted_resize_background_s": 0.0,
-                    "cost_source": cost_source,
-                },
-            )
-            for cand in costs.candidates
+            [self._prediction_template(current, cand) for cand in costs.candidates]
+            for current in costs.candidates
         ]
 
     # -- shared pieces ---------------------------------------------------------------------
@@ -274,11 +262,20 @@ class _Pipeline:
             }
         return self.records
 
+    def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
+        plan = None if cand == current else self.plans.between(current, cand)
+        return {
+            "allocation": cand,
+            "predicted_resize_critical_s": plan.critical_s if plan else 0.0,
+            "predicted_resize_background_s": plan.slowdown_s if plan else 0.0,
+            "cost_source": self.cost_source,
+        }
+
     def _observe(self, k: int) -> StepObservation:
         current = self.current
         templates = self.prediction_templates
         candidates = tuple(
-            _complete(CandidatePrediction, {**templates[c][c == current], "predicted_step_s": x})
+            _complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
             for c, x in enumerate(self.predicted[k])
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
@@ -313,11 +310,15 @@ class _Pipeline:
                 self.labels[target] if resizing else None,
                 decision.reason,
                 self.cost_source_value,
-                self.plan.critical_s if resizing else None,
+                self._plan_to(target).critical_s if resizing else None,
                 self.num_resizes if resizing else None,
             )
         )
         return target
+
+    def _plan_to(self, target: int) -> ResizePlan:
+        candidates = self.costs.candidates
+        return self.plans.between(candidates[self.current], candidates[target])
 
     def _resize(self, k: int, target: int, drain_s: float | None):
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
@@ -326,7 +327,8 @@ class _Pipeline:
         start_s = self.env.now
         before = self.costs.candidates[self.current].label
         after = self.costs.candidates[target].label
-        strategy: StrategyName = self.plan.strategy
+        plan = self._plan_to(target)
+        strategy: StrategyName = plan.strategy
 
         def phase(name: PhaseName, lo: float, hi: float, critical: bool, nbytes: int) -> None:
             self.records.add(
@@ -347,9 +349,9 @@ class _Pipeline:
         if drain_s is not None:
             phase(PhaseName.ROLLOUT_DRAIN, start_s, start_s + drain_s, True, 0)
             offset_s += drain_s
-        for p in self.plan.phases:
+        for p in plan.phases:
             phase(p.name, offset_s + p.start_s, offset_s + p.end_s, p.critical, p.bytes_moved)
-        stall_s = (offset_s - start_s) + self.plan.critical_s
+        stall_s = (offset_s - start_s) + plan.critical_s
         yield self.env.timeout(stall_s)
         self.records.stall_s += stall_s
         self.measured_resize_costs_s.append(stall_s)
@@ -357,8 +359,8 @@ class _Pipeline:
         self.last_resize_step = k
         self.pending = _PendingResize(
             resize_id=resize_id,
-            floor_s=self.plan.background_tail_s,
-            slowdown_s=self.plan.slowdown_s,
+            floor_s=plan.background_tail_s,
+            slowdown_s=plan.slowdown_s,
         )
 
     # -- lockstep modes: sync and one_step_off ---------------------------------------------
@@ -484,7 +486,7 @@ def run_pipeline(
     policy_name: str,
     pipeline: PipelineConfig,
     initial: Allocation,
-    plan: ResizePlan,
+    plans: ResizePlans,
     predicted_step_s: np.ndarray,
     observation_window_steps: int,
     cost_source: CostSource,
@@ -496,7 +498,7 @@ def run_pipeline(
         policy_name=policy_name,
         pipeline=pipeline,
         initial=initial,
-        plan=plan,
+        plans=plans,
         predicted_step_s=predicted_step_s,
         observation_window_steps=observation_window_steps,
         cost_source=cost_source,

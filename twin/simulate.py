@@ -21,7 +21,7 @@ from dynaresize.traces.workload import Workload
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
 from .costs import CostModels
-from .costs.resize import ResizePlan, plan_resize
+from .costs.resize import ResizePlan, ResizePlans, plan_resizes
 from .pipeline import PipelineRecords, run_pipeline
 from .step_costs import StepCosts, compute_step_costs, steady_step_s, tokens_per_step
 from .summary import SimSummary, summarize_run
@@ -41,12 +41,17 @@ class SimContext:
     workload: Workload
     costs: CostModels
     step_costs: StepCosts
-    plan: ResizePlan
+    plans: ResizePlans
     predicted_step_s: np.ndarray
     """(num_steps, num_candidates): predicted steady step time after each step, from the last
     `observation_window_steps` batches only (no look-ahead)."""
     step_stats: pd.DataFrame
     baselines: StaticBaselines
+
+    @property
+    def plan(self) -> ResizePlan:
+        """The plan of a move that starts rollout engines (the costlier kind)."""
+        return self.plans.gains_rollout
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ def build_context(
         pipeline=config.pipeline,
         tokens=tokens,
     )
-    plan = plan_resize(
+    plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
         model=config.model,
         params=costs.resize,
@@ -156,7 +161,7 @@ def build_context(
         workload=workload,
         costs=costs,
         step_costs=step_costs,
-        plan=plan,
+        plans=plans,
         predicted_step_s=predicted,
         step_stats=stats,
         baselines=static_baselines(step_costs, tokens),
@@ -253,7 +258,7 @@ def simulate(
         policy_name=name,
         pipeline=config.pipeline,
         initial=config.cluster.initial_allocation,
-        plan=ctx.plan,
+        plans=ctx.plans,
         predicted_step_s=ctx.predicted_step_s,
         observation_window_steps=config.simulation.observation_window_steps,
         cost_source=ctx.costs.cost_source,

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -248,6 +249,32 @@ def gb_moved(state: StateMoved, model: ModelConfig) -> float:
     }[state]
 
 
+@dataclass(frozen=True)
+class ResizePlans:
+    """A strategy's plan for each kind of move. New rollout engines start only where the rollout
+    side gains GPUs; a move towards training re-cuts the trainers' state and starts none."""
+
+    gains_rollout: ResizePlan
+    no_new_rollout: ResizePlan
+
+    @property
+    def strategy(self) -> StrategyName:
+        return self.gains_rollout.strategy
+
+    def between(self, before: Allocation, after: Allocation) -> ResizePlan:
+        if after.rollout_gpus > before.rollout_gpus:
+            return self.gains_rollout
+        return self.no_new_rollout
+
+
+def plan_resizes(**kwargs) -> ResizePlans:
+    """Both plans of a strategy; takes `plan_resize`'s keyword arguments."""
+    return ResizePlans(
+        gains_rollout=plan_resize(**kwargs, starts_rollout_engines=True),
+        no_new_rollout=plan_resize(**kwargs, starts_rollout_engines=False),
+    )
+
+
 def plan_resize(
     *,
     strategy: StrategyName,
@@ -255,8 +282,13 @@ def plan_resize(
     params: ResizeCostParams,
     host_bandwidth_gbps: float,
     interconnect_bandwidth_gbps: float,
+    starts_rollout_engines: bool = True,
 ) -> ResizePlan:
-    """Lay the strategy's DAG out in time: each phase starts when its last dependency ends."""
+    """Lay the strategy's DAG out in time: each phase starts when its last dependency ends.
+
+    With `starts_rollout_engines` False (the rollout side gains no GPUs) the rollout re-init
+    phase takes no time.
+    """
     phases = params.phases(strategy)
     bandwidth_scale = {
         Link.HOST: params.reference_host_bandwidth_gbps / host_bandwidth_gbps,
@@ -270,6 +302,8 @@ def plan_resize(
         start_s = max((end[d] for d in spec.depends_on), default=0.0)
         gb = gb_moved(spec.moves, model)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
+        if name is PhaseName.ROLLOUT_REINIT and not starts_rollout_engines:
+            duration_s = 0.0
         end[name] = start_s + duration_s
         planned.append(PlannedPhase(name, start_s, duration_s, spec.critical, int(gb * 1e9)))
     critical_s = max((p.end_s for p in planned if p.critical), default=0.0)
