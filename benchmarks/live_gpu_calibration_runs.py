@@ -1,21 +1,29 @@
 """Live runs on one GPU for calibrating and validating the twin (sync pipeline).
 
-The same two workload presets as benchmarks/make_live_cpu_traces.py (short_tail and long_tail,
-each with two scheduled resizes), run by the live executor on CUDA with its workers sharing the
-one device (gloo between ranks). The model is a small Qwen2-shaped one so that a step takes about
-a second and both runs fit a short GPU lease; `--model qwen2-0.5b` takes the larger preset.
+The plan: three fitting runs and one held-out run, each with two scheduled resizes that visit
+all three splits of the four workers sharing the device (gloo between ranks):
+
+- `medium` model (about 180 M parameters, Qwen2-shaped), presets `short_tail` and `wide_tail`:
+  the stage costs are fitted on these two, which between them span small and large batches;
+- `small` model (about 24 M), preset `short_tail`: a second model size, so that the resize
+  phases see two sizes of state moved and their per-GB rates are determined;
+- `medium` model, preset `long_tail` (held out: neither fitting run has its workload).
 
 Why `sync`: with every role on one device, a rollout that overlaps a training step slows it by
 contention that a twin of separate devices does not model; in `sync` each stage has the device
-to itself, so the stage times are what the cost models describe.
+to itself. Rollout replicas on one device still share it, which the rollout model's
+`replica_contention_per_extra` describes and the fit determines.
 
     python3 tools/devpath.py benchmarks/live_gpu_calibration_runs.py --out OUT_DIR
 
-Each run leaves OUT_DIR/live_gpu_<preset>/{trace/, scenario.yaml, run_config.yaml}; then, here:
-    dynaresize calibrate --trace OUT_DIR/live_gpu_short_tail/trace \
-        --config OUT_DIR/live_gpu_short_tail/scenario.yaml --out costs.yaml
-    dynaresize validate --trace OUT_DIR/live_gpu_long_tail/trace --costs costs.yaml \
-        --config OUT_DIR/live_gpu_long_tail/scenario.yaml
+Each run leaves OUT_DIR/live_gpu_<model>_<preset>/{trace/, scenario.yaml, run_config.yaml};
+then, here (the scenario of the medium model says which model the stage costs are for):
+    dynaresize calibrate --trace OUT_DIR/live_gpu_medium_short_tail/trace \\
+        --trace OUT_DIR/live_gpu_medium_wide_tail/trace \\
+        --trace OUT_DIR/live_gpu_small_short_tail/trace \\
+        --config OUT_DIR/live_gpu_medium_short_tail/scenario.yaml --out costs.yaml
+    dynaresize validate --trace OUT_DIR/live_gpu_medium_long_tail/trace --costs costs.yaml \\
+        --config OUT_DIR/live_gpu_medium_long_tail/scenario.yaml
 """
 
 from __future__ import annotations
@@ -35,35 +43,69 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 from make_live_cpu_traces import WORKLOAD_PRESETS, keep_run, run_config  # noqa: E402
 
-SMALL_QWEN2 = {
+QWEN2_SHAPED = {
     "model_type": "qwen2",
-    "hidden_size": 512,
-    "intermediate_size": 1536,
-    "num_hidden_layers": 8,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
     "max_position_embeddings": 1024,
     "tie_word_embeddings": True,
 }
+MODELS: dict[str, dict] = {
+    "small": {
+        **QWEN2_SHAPED,
+        "hidden_size": 512,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+    },
+    "medium": {
+        **QWEN2_SHAPED,
+        "hidden_size": 1024,
+        "intermediate_size": 2816,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+    },
+}
+OUT_AND_BACK = [{"step": 6, "allocation": "3:1"}, {"step": 12, "allocation": "1:3"}]
+"""Six steps on each split, for runs of 18 steps: 2:2, then 3:1, then 1:3."""
+BACK_AND_OUT = [{"step": 6, "allocation": "1:3"}, {"step": 12, "allocation": "3:1"}]
+GPU_PRESETS: dict[str, dict] = {
+    "short_tail": {**WORKLOAD_PRESETS["short_tail"], "schedule": OUT_AND_BACK},
+    "long_tail": {**WORKLOAD_PRESETS["long_tail"], "schedule": BACK_AND_OUT},
+    # Long answers under the highest cap, with a heavy tail: the fitting runs' large batches.
+    "wide_tail": {
+        "task": {"pareto_alpha": 1.1, "pareto_scale": 6.0, "max_count": 128},
+        "max_response_tokens": 128,
+        "schedule": BACK_AND_OUT,
+    },
+}
+"""The CPU traces' presets with schedules for longer runs, and one more for fitting."""
+PLAN: tuple[tuple[str, str, int], ...] = (
+    ("medium", "short_tail", 18),
+    ("medium", "wide_tail", 18),
+    ("small", "short_tail", 12),
+    ("medium", "long_tail", 18),
+)
+"""(model, preset, steps) of each run, in order."""
 
 
 def gpu_config(preset: str, *, model: str, num_steps: int, device: str = "cuda") -> dict:
-    config = run_config(preset)
-    config["name"] = f"live_gpu_{preset}"
+    config = run_config(preset, GPU_PRESETS[preset])
+    config["name"] = f"live_gpu_{model}_{preset}"
     config["simulation"]["num_steps"] = num_steps
     live = config["live"]
     live["device"] = device
     if device == "cuda":
         live["num_gpus"] = 1
     live["num_steps"] = num_steps
-    live["model"] = {"config": SMALL_QWEN2} if model == "small" else {"preset": model}
+    live["model"] = {"config": MODELS[model]} if model in MODELS else {"preset": model}
     return config
 
 
 def run_one(preset: str, *, out_root: Path, model: str, num_steps: int, device: str) -> dict:
     config = gpu_config(preset, model=model, num_steps=num_steps, device=device)
-    destination = out_root / f"live_gpu_{preset}"
-    with tempfile.TemporaryDirectory(prefix=f"live_gpu_{preset}_") as scratch:
+    destination = out_root / config["name"]
+    with tempfile.TemporaryDirectory(prefix=f"{config['name']}_") as scratch:
         config_path = Path(scratch) / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         run_dir = Path(scratch) / "run"
@@ -75,24 +117,44 @@ def run_one(preset: str, *, out_root: Path, model: str, num_steps: int, device: 
         subprocess.run(command, check=True, cwd=scratch)
         wall_s = time.perf_counter() - started
         meta = keep_run(run_dir, destination, config)
-    print(f"{preset}: live run on {device} took {wall_s:.0f} s", flush=True)
-    return {"preset": preset, "wall_s": wall_s, "model_params_b": meta.get("model_params_b")}
+    print(f"{config['name']}: live run on {device} took {wall_s:.0f} s", flush=True)
+    return {
+        "name": config["name"],
+        "model": model,
+        "preset": preset,
+        "steps": num_steps,
+        "wall_s": wall_s,
+        "model_params_b": meta.get("model_params_b"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="Parent folder of the runs.")
-    parser.add_argument("--only", choices=sorted(WORKLOAD_PRESETS), action="append")
-    parser.add_argument("--model", default="small", help="small, qwen2-0.5b or qwen2-1.5b.")
-    parser.add_argument("--steps", type=int, default=12, help="Training steps per run.")
+    parser.add_argument(
+        "--only", action="append", help="Run only these plan entries, as MODEL:PRESET."
+    )
+    parser.add_argument("--steps", type=int, default=None, help="Override every run's steps.")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script.")
     args = parser.parse_args(argv)
+    plan = [p for p in PLAN if not args.only or f"{p[0]}:{p[1]}" in args.only]
+    if not plan:
+        print(f"error: --only matches no run of {[f'{m}:{p}' for m, p, _ in PLAN]}")
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    runs = [
-        run_one(p, out_root=args.out, model=args.model, num_steps=args.steps, device=args.device)
-        for p in args.only or list(WORKLOAD_PRESETS)
-    ]
-    (args.out / "live_gpu_runs.json").write_text(json.dumps(runs, indent=2))
+    runs = []
+    for model, preset, steps in plan:
+        runs.append(
+            run_one(
+                preset,
+                out_root=args.out,
+                model=model,
+                num_steps=args.steps or steps,
+                device=args.device,
+            )
+        )
+        # Written after every run, so a run cut short keeps those before it.
+        (args.out / "live_gpu_runs.json").write_text(json.dumps(runs, indent=2))
     return 0
 
 

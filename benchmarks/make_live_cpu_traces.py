@@ -55,9 +55,12 @@ WORKLOAD_PRESETS: dict[str, dict] = {
 }
 
 
-def run_config(preset: str) -> dict:
-    """The built-in live_cpu config with this preset's workload, sync mode, no checkpoints."""
-    spec = WORKLOAD_PRESETS[preset]
+def run_config(preset: str, spec: dict | None = None) -> dict:
+    """The built-in live_cpu config with this preset's workload, sync mode, no checkpoints.
+
+    `spec` gives a preset of the caller's own (same keys as WORKLOAD_PRESETS' entries).
+    """
+    spec = spec if spec is not None else WORKLOAD_PRESETS[preset]
     config = copy.deepcopy(yaml.safe_load(BASE_CONFIG.read_text()))
     config["name"] = f"live_cpu_{preset}"
     config["pipeline"] = {**config.get("pipeline", {}), "mode": "sync"}

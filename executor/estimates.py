@@ -117,6 +117,7 @@ class CandidateEstimator:
             cluster=self.scenario.cluster,
             model=self.scenario.model,
             costs=self.costs,
+            starts_run=False,
         )
         return [
             (float(rollout[0, c]), float(train[0, c]), float(sync[c]))

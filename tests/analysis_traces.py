@@ -60,6 +60,9 @@ def trace_from_costs(
         train_s[rows] = train_stage_s(
             tokens[rows], train_gpus=int(g), model=model, params=costs.train
         )
+    if n:
+        rollout_s[0] += costs.rollout.first_step_warmup_s
+        train_s[0] += costs.train.first_step_warmup_s
     sync = weight_sync_s(
         weights_gb=model.weights_gb, bandwidth_gbps=sync_bandwidth_gbps, params=costs.sync
     )

@@ -143,6 +143,24 @@ def test_one_model_size_holds_the_rate_and_says_why():
         fit([twin_trace(8.2, StrategyName.OVERLAPPED, rng)], require_determined=True)
 
 
+def test_a_held_rate_above_the_measured_times_is_lowered_to_them():
+    """A configured rate that alone exceeds what a phase took is bounded by the records: the
+    rate becomes the measured seconds per GB and base_s 0, so the phase is not over-predicted."""
+    rng = np.random.default_rng(5)
+    trace = twin_trace(8.2, StrategyName.OVERLAPPED, rng, noise=0.0)
+    export = trace.resizes["phase"] == PhaseName.STATE_EXPORT.value
+    gb = trace.resizes.loc[export, "bytes_moved"].to_numpy(float) / 1e9
+    # every export took 1 ms per GB: far below base_s plus the configured rate
+    trace.resizes.loc[export, "end_s"] = trace.resizes.loc[export, "start_s"] + 1e-3 * gb
+    result = fit([trace])
+    phase = next(p for p in result.phases if p.phase is PhaseName.STATE_EXPORT)
+    assert phase.rate_status is ParamStatus.HELD
+    assert phase.base_s == 0.0
+    assert phase.s_per_gb_measured == pytest.approx(1e-3, rel=1e-6)
+    np.testing.assert_allclose(phase.residuals_s, 0.0, atol=1e-9)
+    assert any("lowered to the measured" in r for r in phase.reasons)
+
+
 def test_no_resize_records_is_refused():
     rng = np.random.default_rng(2)
     trace = twin_trace(4.0, StrategyName.OVERLAPPED, rng)
@@ -208,8 +226,10 @@ def test_calibrate_command_writes_fitted_resize_phases(tmp_path, three_sizes):
     for phase in (PhaseName.STATE_EXPORT, PhaseName.WEIGHT_RESTORE):
         assert written[phase.value]["s_per_gb"] == pytest.approx(truth[phase].s_per_gb, rel=0.1)
 
+    assert "1.5B model, not 8.2B: left out of the stage-cost fits" in out.read_text()
+
     refused = tmp_path / "refused.yaml"
-    args = ["calibrate", *paths[:2], "--config", config, "--out", str(refused)]
+    args = ["calibrate", *paths[-2:], "--config", config, "--out", str(refused)]  # 8.2B alone
     result = runner.invoke(app, [*args, "--require-resize-fit"])
     assert result.exit_code == 2
     assert "cannot determine" in result.output and not refused.exists()

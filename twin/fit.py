@@ -173,6 +173,8 @@ def gather_inputs(
     if not traces:
         raise FitError("no trace to fit")
     notes: list[str] = []
+    if model is not None:
+        traces, workloads = _traces_of_model(traces, workloads, model, notes)
     frames, per_trace = [], []
     for i, trace in enumerate(traces):
         if len(trace.steps) == 0:
@@ -211,6 +213,48 @@ def gather_inputs(
         sync_bandwidth_gbps=sync_bandwidth_gbps,
         notes=notes,
     )
+
+
+def _traces_of_model(
+    traces: Sequence[Trace],
+    workloads: Sequence[Workload] | None,
+    model: ModelConfig,
+    notes: list[str],
+) -> tuple[list[Trace], list[Workload] | None]:
+    """The traces of the model whose stage costs are fitted.
+
+    Stage costs belong to one model; traces of other sizes (given, say, so that resize phases see
+    several sizes moved) are left out of the stage fits, and the notes say so. Traces all of one
+    other size are taken as the configured model's (the config is the user's word on it).
+    """
+    keep = [
+        i
+        for i, t in enumerate(traces)
+        if not t.meta.model_params_b
+        or np.isclose(t.meta.model_params_b, model.num_params_b, rtol=1e-3)
+    ]
+    if not keep:
+        sizes = sorted({t.meta.model_params_b for t in traces})
+        if len(sizes) > 1:
+            raise FitError(
+                f"no trace is of the {model.num_params_b:g}B model the stage costs are fitted "
+                f"for (the traces are of {', '.join(f'{s:g}B' for s in sizes)}); give --config "
+                "with the model of one of them"
+            )
+        notes.append(
+            f"the traces are of a {sizes[0]:g}B model; their stage costs are fitted as the "
+            f"configured {model.num_params_b:g}B model's"
+        )
+        return list(traces), None if workloads is None else list(workloads)
+    for i, t in enumerate(traces):
+        if i not in keep:
+            notes.append(
+                f"trace {i + 1} ({t.meta.source_path or 'in memory'}) is of a "
+                f"{t.meta.model_params_b:g}B model, not {model.num_params_b:g}B: left out of the "
+                "stage-cost fits (its resizes still count)"
+            )
+    kept_workloads = None if workloads is None else [workloads[i] for i in keep]
+    return [traces[i] for i in keep], kept_workloads
 
 
 def batch_rollout_gpus(steps: pd.DataFrame, meta: RunMeta) -> np.ndarray:
@@ -267,49 +311,73 @@ def rollout_counts_by_step(
     return out
 
 
-def predicted_rollout_s(counts: np.ndarray, params: RolloutCostParams) -> np.ndarray:
-    """Stage time per step from precomputed counts: the slowest replica."""
-    seconds = replica_seconds(counts[..., 0], counts[..., 1], counts[..., 2], params)
-    return seconds.max(axis=1)
+def predicted_rollout_s(
+    counts: np.ndarray, params: RolloutCostParams, replicas: np.ndarray | None = None
+) -> np.ndarray:
+    """Stage time per step from precomputed counts: the slowest replica, stretched by the
+    contention of `replicas` (the replica count of each step) where given."""
+    seconds = replica_seconds(counts[..., 0], counts[..., 1], counts[..., 2], params).max(axis=1)
+    if replicas is None:
+        return seconds
+    return seconds * (1.0 + params.replica_contention_per_extra * (replicas - 1))
+
+
+def first_steps(steps: pd.DataFrame) -> np.ndarray:
+    """Whether each row is the first step of its run (it pays the one-time warm-up)."""
+    return steps["step"].to_numpy() == 0
+
+
+def fitted_warmup_s(measured: np.ndarray, predicted: np.ndarray) -> float:
+    """One-time warm-up of a stage: the median excess of the runs' first steps over the model."""
+    return max(0.0, float(np.median(measured - predicted))) if len(measured) else 0.0
 
 
 def fit_rollout(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
+    """The three decode/prefill rates, the contention between replicas where the traces show
+    several replica counts, and the first rollout's warm-up from the runs' first steps."""
     steps = inputs.steps
-    usable = (steps["rollout_s"].to_numpy() > 0) & (steps["num_samples"].to_numpy() > 0)
+    has_rollout = (steps["rollout_s"].to_numpy() > 0) & (steps["num_samples"].to_numpy() > 0)
+    usable = has_rollout & ~first_steps(steps)
     if usable.sum() < 3:
         raise FitError(
-            f"rollout: only {int(usable.sum())} steps have a rollout time and samples; "
-            "at least 3 are needed"
+            f"rollout: only {int(usable.sum())} steps after the first have a rollout time and "
+            "samples; at least 3 are needed"
         )
     base = costs.rollout
-    replicas = rollout_replicas_per_step(steps, inputs.rollout_tp_size)
-    counts = rollout_counts_by_step(inputs.workload, replicas, base.max_concurrent_seqs)[usable]
+    all_replicas = rollout_replicas_per_step(steps, inputs.rollout_tp_size)
+    all_counts = rollout_counts_by_step(inputs.workload, all_replicas, base.max_concurrent_seqs)
+    counts, replicas = all_counts[usable], all_replicas[usable]
     measured = steps["rollout_s"].to_numpy(np.float64)[usable]
+    fit_contention = len(np.unique(replicas)) >= 2
     scale = np.array(
         [
             max(base.decode_base_s_per_iter, 1e-3),
             max(base.decode_s_per_active_seq, 1e-5),
             max(base.prefill_s_per_token, 1e-5),
+            1.0,
         ]
     )
 
     def with_values(x: np.ndarray) -> RolloutCostParams:
-        a, b, p = (x * scale).tolist()
-        return base.model_copy(
-            update={
-                "decode_base_s_per_iter": a,
-                "decode_s_per_active_seq": b,
-                "prefill_s_per_token": p,
-            }
-        )
+        a, b, p, *c = (x * scale[: len(x)]).tolist()
+        update = {"decode_base_s_per_iter": a, "decode_s_per_active_seq": b}
+        update |= {"prefill_s_per_token": p}
+        if c:
+            update["replica_contention_per_extra"] = c[0]
+        return base.model_copy(update=update)
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        a, b, p = x * scale
-        seconds = p * counts[..., 0] + a * counts[..., 1] + b * counts[..., 2]
-        return seconds.max(axis=1) - measured
+        return predicted_rollout_s(counts, with_values(x), replicas) - measured
 
-    solution = least_squares(residuals, np.ones(3), bounds=(0.0, np.inf), method="trf")
+    x0 = np.array([1.0, 1.0, 1.0, base.replica_contention_per_extra][: 4 if fit_contention else 3])
+    solution = least_squares(residuals, x0, bounds=(0.0, np.inf), method="trf")
     fitted = with_values(solution.x)
+    first = has_rollout & first_steps(steps)
+    warmup_s = fitted_warmup_s(
+        steps["rollout_s"].to_numpy(np.float64)[first],
+        predicted_rollout_s(all_counts[first], fitted, all_replicas[first]),
+    )
+    fitted = fitted.model_copy(update={"first_step_warmup_s": warmup_s})
     concurrency = fitted.max_concurrent_seqs
     assumptions = [
         "decode concurrency held at "
@@ -322,6 +390,14 @@ def fit_rollout(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, Stage
         )
         + "; per-step times cannot separate it from the decode parameters",
         f"rollout replicas = rollout GPUs / tensor-parallel size {inputs.rollout_tp_size}",
+        (
+            f"contention between replicas fitted over {len(np.unique(replicas))} replica counts"
+            if fit_contention
+            else "one replica count: contention between replicas held at "
+            f"{base.replica_contention_per_extra:g}"
+        ),
+        f"first rollout of a run: warm-up {warmup_s:.3g} s from {int(first.sum())} first steps, "
+        "which the rate fit leaves out",
     ]
     fit = StageFit(
         stage="rollout",
@@ -329,9 +405,11 @@ def fit_rollout(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, Stage
             "decode_base_s_per_iter": fitted.decode_base_s_per_iter,
             "decode_s_per_active_seq": fitted.decode_s_per_active_seq,
             "prefill_s_per_token": fitted.prefill_s_per_token,
+            "replica_contention_per_extra": fitted.replica_contention_per_extra,
+            "first_step_warmup_s": warmup_s,
         },
         measured_s=measured,
-        predicted_s=predicted_rollout_s(counts, fitted),
+        predicted_s=predicted_rollout_s(counts, fitted, replicas),
         assumptions=assumptions,
     )
     return costs.model_copy(update={"rollout": fitted}), fit
@@ -382,6 +460,24 @@ def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFi
     order = np.concatenate([np.flatnonzero(gpus == n) for n in distinct])
     aligned = np.empty_like(predicted)
     aligned[order] = predicted
+    first = (steps["train_s"].to_numpy() > 0) & (steps["train_gpus"].to_numpy() > 0)
+    first &= first_steps(steps)
+    first_gpus = steps["train_gpus"].to_numpy(np.int64)[first]
+    first_tokens = steps["tokens"].to_numpy(np.float64)[first]
+    warmup_s = fitted_warmup_s(
+        steps["train_s"].to_numpy(np.float64)[first],
+        np.array(
+            [
+                float(train_stage_s(t, train_gpus=int(n), model=model, params=fitted))
+                for t, n in zip(first_tokens, first_gpus, strict=True)
+            ]
+        ),
+    )
+    fitted = fitted.model_copy(update={"first_step_warmup_s": warmup_s})
+    assumptions.append(
+        f"first training step of a run: warm-up {warmup_s:.3g} s from {int(first.sum())} first "
+        "steps, which the rate fit leaves out"
+    )
     fit = StageFit(
         stage="train",
         params=fitted.model_dump(),

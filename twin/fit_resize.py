@@ -8,9 +8,11 @@ parameters, with R², residuals and standard errors.
 
 What the records cannot determine is not guessed. A per-GB rate needs at least two different
 sizes moved (and three records); with one size the rate is held at its configured value and only
-`base_s` is fitted, and the report says so. `require_determined=True` turns every such case into
-a FitError instead. Phases never measured keep their configured values; measured phases that the
-configured DAG does not have are reported, not added (their dependencies are unknown).
+`base_s` is fitted, and the report says so; where the configured rate alone would exceed the
+measured times, the records bound it from above and it is lowered to their seconds per GB.
+`require_determined=True` turns every such case into a FitError instead. Phases never measured
+keep their configured values; measured phases that the configured DAG does not have are
+reported, not added (their dependencies are unknown).
 
 Gigabytes come from each record's `bytes_moved`; where a phase recorded none although the model
 says it moves state, the state size of the trace's model is used, and the report says that too.
@@ -30,8 +32,17 @@ from ..traces.io import Trace
 from ..traces.phases import PhaseName, StrategyName
 from .costs import CostModels
 from .costs.memory import ModelConfig
-from .costs.resize import Link, PhaseCostParams, ResizeCostParams, StateMoved, gb_moved, plan_resize
+from .costs.resize import (
+    Link,
+    PhaseCostParams,
+    ResizeCostParams,
+    StateMoved,
+    gb_moved,
+    plan_resize,
+    topological_order,
+)
 from .fit import FitError, FitInputs, StageFit
+from .resize_measure import critical_phase_spans, measured_critical_paths
 
 MIN_RECORDS_FOR_RATE = 3
 """Records a phase needs (over at least two sizes) before its per-GB rate is fitted."""
@@ -221,13 +232,7 @@ def fit_resize_phases(
                 "configured DAG has no such phase: not fitted"
             )
             continue
-        measured_critical = bool(group["critical"].mean() >= 0.5)
-        if measured_critical != prior.critical:
-            notes.append(
-                f"{strategy.value}.{phase.value} ran {_placement(measured_critical)} in the "
-                f"traces but is {_placement(prior.critical)} in the configured DAG: the "
-                "configured placement is kept"
-            )
+        prior = _measured_placement(records, strategy, phase, prior, updated[strategy], notes)
         gb, how = _gigabytes(group, prior, model)
         if how:
             notes.append(f"{strategy.value}.{phase.value}: {how}")
@@ -240,13 +245,23 @@ def fit_resize_phases(
             update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
         )
     _zero_phases_never_run(records, updated, notes)
+    stalls = resize_stalls(traces)
+    coordination_s = base.coordination_s
+    if len(stalls):
+        coordination_s = max(0.0, float(np.median(stalls["outside_phases_s"])))
+        notes.append(
+            f"coordination (stall outside the phases, as the steps show it): {coordination_s:.3g} "
+            f"s per resize, the median of {len(stalls)} resizes"
+        )
     params = base.model_copy(
         update={
             "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
             "overlapped": updated[StrategyName.OVERLAPPED],
+            "coordination_s": coordination_s,
         }
     )
-    result = ResizeFit(params, fits, _critical_path_check(records, params, links, model), notes)
+    check = _critical_path_check(records, stalls, params, links, model)
+    result = ResizeFit(params, fits, check, notes)
     if require_determined and result.undetermined():
         raise FitError(
             "the traces cannot determine: "
@@ -258,6 +273,104 @@ def fit_resize_phases(
 
 def _placement(critical: bool) -> str:
     return "on the critical path" if critical else "in the background"
+
+
+def _measured_placement(
+    records: pd.DataFrame,
+    strategy: StrategyName,
+    phase: PhaseName,
+    prior: PhaseCostParams,
+    table: dict[PhaseName, PhaseCostParams],
+    notes: list[str],
+) -> PhaseCostParams:
+    """The phase placed where every record of it ran, when that differs from the configured DAG.
+
+    A phase that always ran on the critical path joins the critical chain after the phase that
+    ended last before it started (the recorded order); one that always ran in the background
+    leaves it. Mixed records, or an order that would form a cycle, keep the configured placement,
+    and the notes say which.
+    """
+    mine = records[(records["strategy"] == strategy.value) & (records["phase"] == phase.value)]
+    critical = mine["critical"].astype(bool)
+    name = f"{strategy.value}.{phase.value}"
+    all_critical, all_background = bool(critical.all()), bool((~critical).all())
+    if (prior.critical and all_critical) or (not prior.critical and all_background):
+        return prior
+    if not (all_critical or all_background):
+        notes.append(
+            f"{name} ran partly on the critical path and partly in the background: the "
+            f"configured placement ({_placement(prior.critical)}) is kept"
+        )
+        return prior
+    if all_background:
+        adopted = prior.model_copy(update={"critical": False})
+        notes.append(f"{name} ran in the background in every record: placed there")
+        table[phase] = adopted
+        return adopted
+    predecessor = _recorded_predecessor(records, strategy, phase, set(table))
+    adopted = prior.model_copy(
+        update={"critical": True, "depends_on": [predecessor] if predecessor else []}
+    )
+    trial = {**table, phase: adopted}
+    try:
+        topological_order(trial, strategy=strategy)
+    except ValueError:
+        notes.append(
+            f"{name} ran on the critical path in every record, but after "
+            f"{predecessor.value if predecessor else 'nothing'} it would form a cycle in the "
+            "configured DAG: the configured placement is kept"
+        )
+        return prior
+    after = f"after {predecessor.value}" if predecessor else "first"
+    notes.append(f"{name} ran on the critical path in every record: placed there, {after}")
+    table[phase] = adopted
+    return adopted
+
+
+def _recorded_predecessor(
+    records: pd.DataFrame, strategy: StrategyName, phase: PhaseName, known: set[PhaseName]
+) -> PhaseName | None:
+    """The critical phase that most often ended last before this one started."""
+    votes: dict[PhaseName, int] = {}
+    of_strategy = records[records["strategy"] == strategy.value]
+    for _, resize in of_strategy.groupby(["trace_index", "resize_id"], sort=True):
+        mine = resize[resize["phase"] == phase.value]
+        if mine.empty:
+            continue
+        start_s = float(mine["start_s"].min())
+        before = resize[
+            resize["critical"].astype(bool)
+            & (resize["phase"] != phase.value)
+            & (resize["end_s"] <= start_s + 1e-6)
+        ]
+        before = before[before["phase"].map(lambda v: PhaseName(v) in known)]
+        if len(before):
+            last = PhaseName(before.sort_values("end_s")["phase"].iloc[-1])
+            votes[last] = votes.get(last, 0) + 1
+    return max(votes, key=votes.__getitem__) if votes else None
+
+
+def resize_stalls(traces: Sequence[Trace]) -> pd.DataFrame:
+    """Per measured resize: the stall the steps show, the span of its recorded critical phases,
+    and the difference (time outside every phase)."""
+    rows = []
+    for i, trace in enumerate(traces):
+        if len(trace.resizes) == 0 or len(trace.steps) == 0:
+            continue
+        spans = critical_phase_spans(trace.resizes)
+        for gap in measured_critical_paths(trace.steps).itertuples(index=False):
+            if gap.resize_id in spans:
+                rows.append(
+                    {
+                        "trace_index": i,
+                        "resize_id": gap.resize_id,
+                        "stall_s": gap.critical_s,
+                        "phase_span_s": spans[gap.resize_id],
+                        "outside_phases_s": gap.critical_s - spans[gap.resize_id],
+                    }
+                )
+    columns = ["trace_index", "resize_id", "stall_s", "phase_span_s", "outside_phases_s"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _gigabytes(
@@ -311,7 +424,17 @@ def fit_one_phase(
         base_s, slope = (float(v) for v in solution.x)
     else:
         slope = 0.0 if moves_nothing else prior.s_per_gb * scale
-        base_s = max(0.0, float(np.mean(measured_s - slope * gb)))
+        lowered = not moves_nothing and gb.sum() > 0
+        lowered = lowered and float(np.mean(measured_s - slope * gb)) < 0
+        if lowered:
+            # The configured rate alone would exceed what was measured: the records bound the
+            # rate from above, so it is lowered to the measured seconds per GB (base_s 0).
+            slope = float(measured_s.sum() / gb.sum())
+            reasons.append(
+                f"the configured rate would exceed the measured times: lowered to the measured "
+                f"{slope:.4g} s/GB on these links (an upper bound; base_s 0)"
+            )
+        base_s = 0.0 if lowered else max(0.0, float(np.mean(measured_s - slope * gb)))
         design = np.ones((len(gb), 1))
     predicted = base_s + slope * gb
     stderrs = _standard_errors(design, measured_s - predicted)
@@ -348,14 +471,25 @@ def _standard_errors(design: np.ndarray, residuals: np.ndarray) -> list[float | 
 
 
 def _critical_path_check(
-    records: pd.DataFrame, params: ResizeCostParams, links: _Links, model: ModelConfig
+    records: pd.DataFrame,
+    stalls: pd.DataFrame,
+    params: ResizeCostParams,
+    links: _Links,
+    model: ModelConfig,
 ) -> CriticalPathCheck | None:
-    """Measured critical path of each resize (latest end of a critical phase, from the resize's
-    first start) against the fitted plan for that trace's model and the configured links."""
+    """Measured critical path of each resize against the fitted plan for that trace's model and
+    the configured links. Measured is the stall the steps show where the trace has them (what
+    validation compares), else the span of the recorded critical phases."""
     measured, predicted = [], []
     template = model.model_dump()
-    for (_, _), resize in records.groupby(["trace_index", "resize_id"], sort=True):
-        critical = resize[resize["critical"]]
+    stall_of = {
+        (int(r.trace_index), int(r.resize_id)): float(r.stall_s)
+        for r in stalls.itertuples(index=False)
+    }
+    for (trace_index, resize_id), resize in records.groupby(
+        ["trace_index", "resize_id"], sort=True
+    ):
+        critical = resize[resize["critical"].astype(bool)]
         if critical.empty:
             continue
         strategy = StrategyName(resize["strategy"].iloc[0])
@@ -368,7 +502,8 @@ def _critical_path_check(
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
             starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1]).iloc[0]),
         )
-        measured.append(float(critical["end_s"].max() - resize["start_s"].min()))
+        span_s = float(critical["end_s"].max() - resize["start_s"].min())
+        measured.append(stall_of.get((int(trace_index), int(resize_id)), span_s))
         predicted.append(plan.critical_s)
     if not measured:
         return None

@@ -92,10 +92,13 @@ def stage_time_components(
     model: ModelConfig,
     costs: CostModels,
     tokens: np.ndarray | None = None,
+    starts_run: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rollout_s, train_s, sync_s) of every step on every candidate.
 
     `tokens` (from `tokens_per_step`) may be passed by a caller that already has them.
+    `starts_run` says the workload's first step is the first of a run, which pays the one-time
+    warm-up; a caller costing one step in the middle of a run passes False.
     """
     num_steps = workload.num_steps
     tokens = tokens_per_step(workload) if tokens is None else tokens
@@ -112,6 +115,10 @@ def stage_time_components(
         train[:, c] = train_stage_s(
             tokens, train_gpus=cand.train_gpus, model=model, params=costs.train
         )
+    if starts_run and num_steps:
+        # The first step of a run also pays one-time warm-up, whatever the split.
+        rollout[0] += costs.rollout.first_step_warmup_s
+        train[0] += costs.train.first_step_warmup_s
     sync = np.array(
         [
             weight_sync_s(

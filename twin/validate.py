@@ -36,6 +36,7 @@ from ..traces.phases import StrategyName
 from .analysis_context import AnalysisContext, context_from_config
 from .config import ConfigError, PipelineMode
 from .output_dir import staged_output_dir
+from .resize_measure import critical_phase_spans, measured_critical_paths
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
 
@@ -211,25 +212,6 @@ def recorded_decision_schedule(trace: Trace) -> tuple[Allocation, list[dict]]:
     return first, schedule
 
 
-def measured_critical_paths(steps: pd.DataFrame) -> pd.DataFrame:
-    """Per resize: the gap between the step before it and the first step after it (s)."""
-    ordered = steps.sort_values("start_s", kind="stable").reset_index(drop=True)
-    rows = []
-    for index in range(1, len(ordered)):
-        resize_id = ordered["resize_id"].iloc[index]
-        if pd.isna(resize_id):
-            continue
-        gap = float(ordered["start_s"].iloc[index] - ordered["end_s"].iloc[index - 1])
-        rows.append(
-            {
-                "resize_id": int(resize_id),
-                "step": int(ordered["step"].iloc[index - 1]),
-                "critical_s": gap,
-            }
-        )
-    return pd.DataFrame(rows, columns=["resize_id", "step", "critical_s"])
-
-
 def _unresized_gaps_s(steps: pd.DataFrame) -> float:
     ordered = steps.sort_values("start_s", kind="stable")
     gaps = ordered["start_s"].to_numpy()[1:] - ordered["end_s"].to_numpy()[:-1]
@@ -389,22 +371,6 @@ def _compare(
         cost_source=cost_source,
         notes=notes,
     )
-
-
-def critical_phase_spans(phases: pd.DataFrame) -> dict[int, float]:
-    """Per resize: from the first phase's start to the last critical phase's end (s).
-
-    What the recorded phases account for of the stall; the gap between the steps can only be
-    longer (the policy call and the records flushed at the boundary are in it too).
-    """
-    if len(phases) == 0:
-        return {}
-    spans = {}
-    for resize_id, group in phases.groupby("resize_id"):
-        critical = group[group["critical"].astype(bool)]
-        if len(critical):
-            spans[int(resize_id)] = float(critical["end_s"].max() - group["start_s"].min())
-    return spans
 
 
 def _resize_table(

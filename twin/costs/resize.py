@@ -152,6 +152,12 @@ class ResizeCostParams(BaseModel):
         le=1,
         description="Share of background work overlapping the next step by which it slows it.",
     )
+    coordination_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds of every resize's stall outside its phases: the driver's round "
+        "trips to the workers and the records written at the boundary.",
+    )
     stop_and_rebuild: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=_default_stop_and_rebuild,
         description="Phases of the stop-and-rebuild strategy.",
@@ -307,6 +313,7 @@ def plan_resize(
         end[name] = start_s + duration_s
         planned.append(PlannedPhase(name, start_s, duration_s, spec.critical, int(gb * 1e9)))
     critical_s = max((p.end_s for p in planned if p.critical), default=0.0)
+    critical_s += params.coordination_s
     overhang = [max(0.0, p.end_s - max(p.start_s, critical_s)) for p in planned if not p.critical]
     background_tail_s = max(overhang, default=0.0)
     slowdown_s = params.background_contention * sum(overhang)

@@ -10,7 +10,9 @@ The model, per step:
   (FIFO) into a free slot as soon as one frees. A sample of response length `L` holds its slot
   for `L` decode iterations; every iteration takes `a + b * active` seconds and gives every active
   sequence one token. Prefill costs `prefill_s_per_token` per prompt token, paid on admission.
-- The stage ends when the slowest replica ends.
+- The stage ends when the slowest replica ends, stretched by `replica_contention_per_extra`
+  for every replica beyond the first: zero on separate GPUs; where replicas share a device or a
+  host (time-slicing one GPU, one CPU), they slow each other down and this factor says how much.
 
 Because slots are refilled the moment they free, the number of iterations a replica runs is the
 makespan `T` of FIFO list scheduling of its `L`s on `C` slots, and the sum over iterations of
@@ -93,6 +95,20 @@ class RolloutCostParams(BaseModel):
         description="Response tokens of KV a sequence reserves on admission (the maximum "
         "response length, so that an admitted sequence always finishes without preemption).",
     )
+    replica_contention_per_extra: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Relative slowdown of the stage per replica beyond the first, where replicas "
+        "share a device or host (1 = fully serialised); 0 on separate GPUs.",
+    )
+    first_step_warmup_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Extra seconds of the first rollout of a run (engine warm-up, CUDA graph "
+        "capture, allocator growth), paid once.",
+    )
     max_num_seqs_per_replica: int | None = Field(
         default=None,
         ge=1,
@@ -129,6 +145,11 @@ def replica_chunk_sizes(num_samples: int, num_replicas: int) -> np.ndarray:
     sizes = np.full(num_replicas, base, dtype=np.int64)
     sizes[:extra] += 1
     return sizes
+
+
+def contention_factor(num_replicas: int, params: RolloutCostParams) -> float:
+    """How much replicas that share devices stretch the slowest one's time (1 when they do not)."""
+    return 1.0 + params.replica_contention_per_extra * max(0, num_replicas - 1)
 
 
 def replica_seconds(
@@ -199,7 +220,7 @@ def rollout_stage_s(
         iterations, active = simulate_replica_slots(response[lo:hi], concurrency)
         seconds = float(replica_seconds(int(prompt[lo:hi].sum()), iterations, active, params))
         slowest_s = max(slowest_s, seconds)
-    return slowest_s
+    return slowest_s * contention_factor(num_replicas, params)
 
 
 def rollout_stage_s_many(
@@ -230,4 +251,5 @@ def rollout_stage_s_many(
     if workload.num_steps == 0:
         return np.zeros(0, dtype=np.float64)
     # Empty replicas have all-zero counts, hence 0 s; the slowest replica sets the stage time.
-    return seconds.reshape(workload.num_steps, num_replicas).max(axis=1)
+    slowest = seconds.reshape(workload.num_steps, num_replicas).max(axis=1)
+    return slowest * contention_factor(num_replicas, params)

@@ -43,6 +43,12 @@ class TrainCostParams(BaseModel):
         description="Seconds of the optimizer step per GB of master-plus-optimizer state a GPU "
         "holds.",
     )
+    first_step_warmup_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Extra seconds of the first training step of a run (allocator growth, "
+        "kernel selection, first collectives), paid once.",
+    )
     collective_s_per_gb_per_extra_gpu: float = Field(
         default=0.0,
         ge=0,
