@@ -66,9 +66,9 @@ MODELS: dict[str, dict] = {
         "num_key_value_heads": 4,
     },
 }
-OUT_AND_BACK = [{"step": 6, "allocation": "3:1"}, {"step": 12, "allocation": "1:3"}]
-"""Six steps on each split, for runs of 18 steps: 2:2, then 3:1, then 1:3."""
-BACK_AND_OUT = [{"step": 6, "allocation": "1:3"}, {"step": 12, "allocation": "3:1"}]
+OUT_AND_BACK = [{"step": 5, "allocation": "3:1"}, {"step": 10, "allocation": "1:3"}]
+"""About five steps on each split, for runs of 16 steps: 2:2, then 3:1, then 1:3."""
+BACK_AND_OUT = [{"step": 5, "allocation": "1:3"}, {"step": 10, "allocation": "3:1"}]
 GPU_PRESETS: dict[str, dict] = {
     "short_tail": {**WORKLOAD_PRESETS["short_tail"], "schedule": OUT_AND_BACK},
     "long_tail": {**WORKLOAD_PRESETS["long_tail"], "schedule": BACK_AND_OUT},
@@ -81,10 +81,10 @@ GPU_PRESETS: dict[str, dict] = {
 }
 """The CPU traces' presets with schedules for longer runs, and one more for fitting."""
 PLAN: tuple[tuple[str, str, int], ...] = (
-    ("medium", "short_tail", 18),
-    ("medium", "wide_tail", 18),
+    ("medium", "short_tail", 16),
+    ("medium", "long_tail", 16),
+    ("medium", "wide_tail", 16),
     ("small", "short_tail", 12),
-    ("medium", "long_tail", 18),
 )
 """(model, preset, steps) of each run, in order."""
 
