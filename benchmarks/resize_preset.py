@@ -48,6 +48,11 @@ MOVES = {
     "weight_restore": "weights",
     "optimizer_restore": "optimizer_state",
 }
+GROWS_WITH_WEIGHTS = {"stop_and_rebuild": {"worker_reinit", "postprocess"}, "overlapped": set()}
+"""Phases that move no state but whose time grows with the model: stop-and-rebuild's new actors
+build the model from scratch, and its post-processing reloads the rollout engines' weights."""
+ENGINE_START = "rollout_reinit"
+"""Measured only on resizes that give the rollout side GPUs (the twin's rule): elsewhere 0 s."""
 VARIANT_OF = {"overlapped": "overlapped", "stop_and_rebuild": "stop_and_rebuild"}
 
 
@@ -78,14 +83,31 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return base, slope
 
 
+def _gains_rollout(resize: dict) -> bool:
+    """Whether the resize gives the rollout side GPUs (train:rollout labels)."""
+    return int(resize["to"].split(":")[1]) > int(resize["from"].split(":")[1])
+
+
 def _phase_means(variant: dict, *, critical: bool) -> dict[str, float]:
-    """Mean duration per phase name over the variant's resizes (one criticality)."""
+    """Mean duration per phase name over the variant's resizes (one criticality); the engine
+    start over the resizes that start engines only."""
     sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for resize in variant["resizes"]:
         for p in resize["phases"]:
-            if p["critical"] is critical:
-                sums[p["phase"]] = sums.get(p["phase"], 0.0) + p["duration_s"]
-    return {k: v / len(variant["resizes"]) for k, v in sums.items()}
+            if p["critical"] is not critical:
+                continue
+            if p["phase"] == ENGINE_START and not _gains_rollout(resize):
+                continue
+            sums[p["phase"]] = sums.get(p["phase"], 0.0) + p["duration_s"]
+            counts[p["phase"]] = counts.get(p["phase"], 0) + 1
+    return {k: v / counts[k] for k, v in sums.items()}
+
+
+def _moves(strategy: str, name: str) -> str:
+    if name in GROWS_WITH_WEIGHTS[strategy]:
+        return "weights"
+    return MOVES.get(name, "none")
 
 
 def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str, Any]:
@@ -107,12 +129,12 @@ def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str,
             for name in chain:
                 if name in critical:
                     per_phase.setdefault(name, []).append(
-                        (gb[MOVES.get(name, "none")], critical[name])
+                        (gb[_moves(strategy, name)], critical[name])
                     )
             for name in BACKGROUND[strategy]:
                 if name in background:
                     per_phase.setdefault(name, []).append(
-                        (gb[MOVES.get(name, "none")], background[name])
+                        (gb[_moves(strategy, name)], background[name])
                     )
                     bg_cost = [r["background_s"] for r in variant["resizes"]]
                     bg_cost = [b for b in bg_cost if b is not None]
@@ -122,22 +144,23 @@ def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str,
         previous: str | None = None
         for name in chain:
             base, slope = _fit(per_phase.get(name, []))
-            phases[name] = _phase_entry(name, base, slope, [previous] if previous else [], True)
+            deps = [previous] if previous else []
+            phases[name] = _phase_entry(_moves(strategy, name), base, slope, deps, True)
             previous = name
         for name, after in BACKGROUND[strategy].items():
             base, slope = _fit(per_phase.get(name, []))
-            phases[name] = _phase_entry(name, base, slope, [after], False)
+            phases[name] = _phase_entry(_moves(strategy, name), base, slope, [after], False)
         out[strategy] = phases
     if contention:
         out["background_contention"] = round(min(max(statistics.fmean(contention), 0.0), 1.0), 4)
     return out
 
 
-def _phase_entry(name: str, base: float, slope: float, deps: list[str], critical: bool) -> dict:
+def _phase_entry(moves: str, base: float, slope: float, deps: list[str], critical: bool) -> dict:
     return {
         "base_s": round(base, 6),
         "s_per_gb": round(slope, 6),
-        "moves": MOVES.get(name, "none"),
+        "moves": moves,
         "link": "host",
         "critical": critical,
         "depends_on": deps,
@@ -175,16 +198,18 @@ def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None
             variant = variants.get(VARIANT_OF[strategy.value])
             if variant is None:
                 continue
-            plan = plan_resize(
-                strategy=strategy,
-                model=model,
-                params=costs.resize,
-                host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
-                interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
-            )
-            measured = statistics.fmean(r["critical_s"] for r in variant["resizes"])
-            lines.append(
-                f"{result['model']} {strategy.value}: predicted critical {plan.critical_s:.3f} s, "
-                f"measured gap {measured:.3f} s"
-            )
+            for measured in variant["resizes"]:
+                plan = plan_resize(
+                    strategy=strategy,
+                    model=model,
+                    params=costs.resize,
+                    host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
+                    interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
+                    starts_rollout_engines=_gains_rollout(measured),
+                )
+                lines.append(
+                    f"{result['model']} {strategy.value} {measured['from']} -> {measured['to']}: "
+                    f"predicted critical {plan.critical_s:.3f} s, measured gap "
+                    f"{measured['critical_s']:.3f} s"
+                )
     return "\n".join(lines)
