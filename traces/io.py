@@ -21,7 +21,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,6 +42,7 @@ from .schema import (
     SampleRecord,
     StepRecord,
 )
+from .staged_dir import staged_dir
 from .validation import (
     ColumnKind,
     SkippedRow,
@@ -235,20 +235,8 @@ def _atomic_file(path: Path, write_body) -> None:
 def _atomic_dir(path: Path, write_body) -> None:
     if path.exists() and not path.is_dir():
         raise TraceError("exists and is not a directory", source=str(path))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
-    try:
-        write_body(tmp)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / "trace")
-            os.replace(tmp, path)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with staged_dir(path, replace=True) as staging:
+        write_body(staging)
 
 
 # --- reading ------------------------------------------------------------------------------

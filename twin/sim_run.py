@@ -11,9 +11,6 @@ complete: an error leaves nothing.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +23,7 @@ from dynaresize.traces.chrome_trace import write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import PipelineMode as TracePipelineMode
 from dynaresize.traces.schema import RunMeta
+from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
 from .config import ConfigError, PipelineMode, ScenarioConfig
@@ -264,10 +262,7 @@ def write_comparison(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging_root = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    staging = staging_root / "run"
-    try:
+    with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
         _write_run(staging, first, comparison.runs[first], timeline_png=timeline_png)
@@ -282,10 +277,4 @@ def write_comparison(
         summary = _summary_document(comparison)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         comparison.table.to_csv(staging / "comparison.csv", index=False)
-        if out.exists():
-            old = staging_root / "old"
-            os.replace(out, old)
-        os.replace(staging, out)
-    finally:
-        shutil.rmtree(staging_root, ignore_errors=True)
     return out

@@ -1,0 +1,51 @@
+"""One all-or-nothing folder mechanism: a failure leaves what was there; success replaces or
+merges as asked."""
+
+from __future__ import annotations
+
+import pytest
+from dynaresize.traces.staged_dir import staged_dir
+
+
+def _existing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("old")
+    (out / "shared.txt").write_text("old")
+    return out
+
+
+@pytest.mark.parametrize("replace", [True, False])
+def test_a_failure_leaves_the_folder_as_it_was_and_no_staging(tmp_path, replace):
+    out = _existing(tmp_path)
+    with pytest.raises(RuntimeError), staged_dir(out, replace=replace) as staging:
+        (staging / "shared.txt").write_text("new")
+        raise RuntimeError("part-way")
+    assert sorted(p.name for p in out.iterdir()) == ["kept.txt", "shared.txt"]
+    assert (out / "shared.txt").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_replace_swaps_the_whole_folder(tmp_path):
+    out = _existing(tmp_path)
+    with staged_dir(out, replace=True) as staging:
+        (staging / "shared.txt").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["shared.txt"]
+    assert (out / "shared.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_merge_keeps_other_files(tmp_path):
+    out = _existing(tmp_path)
+    with staged_dir(out, replace=False) as staging:
+        (staging / "shared.txt").write_text("new")
+    assert (out / "kept.txt").read_text() == "old"
+    assert (out / "shared.txt").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_new_folder_appears_whole(tmp_path):
+    out = tmp_path / "deep" / "out"
+    with staged_dir(out, replace=False) as staging:
+        (staging / "a.txt").write_text("a")
+    assert [p.name for p in out.iterdir()] == ["a.txt"]
