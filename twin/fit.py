@@ -40,6 +40,7 @@ from .costs.rollout_kernels import replica_counts
 from .costs.sync import SyncCostParams
 from .costs.train import (
     TrainCostParams,
+    ring_traffic,
     scaling_efficiency,
     train_stage_s,
 )
@@ -446,7 +447,11 @@ def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFi
             "extrapolated with that curve"
         )
     else:
-        fitted = _fit_train_several_allocations(tokens, gpus, measured, base, model)
+        runs = steps["trace_index"].to_numpy()[usable] if "trace_index" in steps else None
+        fitted, choices = _fit_train_several_allocations(
+            tokens, gpus, measured, base, model, runs=runs
+        )
+        assumptions += choices
         assumptions.append(
             f"scaling fitted from {len(distinct)} training allocations "
             f"({', '.join(str(g) for g in distinct)} GPUs)"
@@ -523,45 +528,155 @@ def _fit_train_several_allocations(
     measured: np.ndarray,
     base: TrainCostParams,
     model: ModelConfig,
-) -> TrainCostParams:
-    """All five parameters: fixed, per token, scaling efficiency, optimizer step per GB and the
-    collectives' share per further GPU (the one term that grows with the trainer count, so that a
-    trace whose steps get slower with more trainers, as over gloo on a shared device, is
-    explained)."""
+    *,
+    runs: np.ndarray | None = None,
+) -> tuple[TrainCostParams, list[str]]:
+    """The training curve over several allocations, and what the fit chose.
+
+    Two choices the step times alone cannot make by least squares:
+
+    - The optimizer shard (1/n) and a ring all-reduce (2 (n - 1) / n = 2 - 2/n) are the same
+      curve up to the constant term, so the times fix only their sum. Each is tried with the
+      other held at 0, and the one that explains the times better is kept: shards that shrink
+      with more trainers, or gradients exchanged at a cost that grows to a plateau.
+    - A per-token cost is only worth its parameter if it predicts runs it was not fitted on.
+      With two or more runs, the per-token term is kept or dropped by leave-one-run-out error
+      (a small model on a large GPU trains in time that does not follow the tokens at all).
+    """
+    variants = [
+        (True, "optimizer"),
+        (True, "allreduce"),
+        (False, "optimizer"),
+        (False, "allreduce"),
+    ]
+    fits = {v: _fit_train_form(tokens, gpus, measured, base, model, *v) for v in variants}
+    best_form = {
+        with_tokens: min(("optimizer", "allreduce"), key=lambda form: fits[(with_tokens, form)][1])
+        for with_tokens in (True, False)
+    }
+    notes = [
+        f"with tokens, the per-GPU curve is the {best_form[True]} form "
+        "(optimizer shard 1/n or ring all-reduce 2(n-1)/n; the times cannot tell both apart)"
+    ]
+    with_tokens = True
+    distinct_runs = np.unique(runs) if runs is not None else np.zeros(0)
+    if len(distinct_runs) >= 2:
+        errors = {
+            flag: _leave_one_run_out_ape(tokens, gpus, measured, base, model, runs, flag)
+            for flag in (True, False)
+        }
+        if errors[True] is not None and errors[False] is not None:
+            with_tokens = errors[True] <= errors[False]
+            notes.append(
+                f"per-token cost {'kept' if with_tokens else 'dropped'}: leave-one-run-out "
+                f"median error {errors[True]:.1%} with it, {errors[False]:.1%} without "
+                f"({len(distinct_runs)} runs)"
+            )
+    fitted, _ = fits[(with_tokens, best_form[with_tokens])]
+    return fitted, notes
+
+
+def _leave_one_run_out_ape(
+    tokens: np.ndarray,
+    gpus: np.ndarray,
+    measured: np.ndarray,
+    base: TrainCostParams,
+    model: ModelConfig,
+    runs: np.ndarray,
+    with_tokens: bool,
+) -> float | None:
+    """Median absolute percentage error on each run of a fit to the others (None if no run can
+    be held out: the rest must still show two allocations)."""
+    errors = []
+    for run in np.unique(runs):
+        rest = runs != run
+        if len(np.unique(gpus[rest])) < 2 or rest.sum() < 4:
+            continue
+        fitted = min(
+            (
+                _fit_train_form(
+                    tokens[rest], gpus[rest], measured[rest], base, model, with_tokens, f
+                )
+                for f in ("optimizer", "allreduce")
+            ),
+            key=lambda pair: pair[1],
+        )[0]
+        held = ~rest
+        predicted = np.concatenate(
+            [
+                train_stage_s(
+                    tokens[held & (gpus == n)], train_gpus=int(n), model=model, params=fitted
+                )
+                for n in np.unique(gpus[held])
+            ]
+        )
+        order = np.concatenate([measured[held & (gpus == n)] for n in np.unique(gpus[held])])
+        errors.append(np.abs(predicted / order - 1.0))
+    return float(np.median(np.concatenate(errors))) if errors else None
+
+
+def _fit_train_form(
+    tokens: np.ndarray,
+    gpus: np.ndarray,
+    measured: np.ndarray,
+    base: TrainCostParams,
+    model: ModelConfig,
+    with_tokens: bool,
+    form: str,
+) -> tuple[TrainCostParams, float]:
+    """One form of the curve by bounded least squares: fixed, per token (if `with_tokens`), the
+    scaling efficiency (with tokens), the optimizer shard or the ring all-reduce (`form`), and
+    the collectives that grow with the rank count. Returns the parameters and the residual sum
+    of squares."""
     token_scale = max(tokens.mean(), 1.0)
     scaled_tokens = tokens / token_scale
     log2_gpus = np.log2(gpus.astype(np.float64))
-    shard_gb = model.optimizer_state_gb / gpus
+    per_gpu_gb = (
+        model.optimizer_state_gb / gpus
+        if form == "optimizer"
+        else model.gradients_gb * ring_traffic(gpus)
+    )
     extra_gpu_gb = model.gradients_gb * (gpus - 1)
 
+    def unpack(x: np.ndarray) -> tuple[float, float, float, float, float]:
+        if with_tokens:
+            return tuple(x)
+        fixed_s, per_gpu_rate, collective_rate = x
+        return fixed_s, 0.0, base.scaling_efficiency_per_doubling, per_gpu_rate, collective_rate
+
     def predict(x: np.ndarray) -> np.ndarray:
-        fixed_s, per_token_scaled, efficiency, optimizer_rate, collective_rate = x
+        fixed_s, per_token_scaled, efficiency, per_gpu_rate, collective_rate = unpack(x)
         return (
             fixed_s
             + scaled_tokens * per_token_scaled / (gpus * efficiency**log2_gpus)
-            + optimizer_rate * shard_gb
+            + per_gpu_rate * per_gpu_gb
             + collective_rate * extra_gpu_gb
         )
 
-    x0 = np.array([base.fixed_overhead_s, 1.0, base.scaling_efficiency_per_doubling, 0.01, 0.01])
-    x0[1] = max(float(np.median(measured * gpus)), 1e-6)
+    if with_tokens:
+        x0 = np.array(
+            [base.fixed_overhead_s, 1.0, base.scaling_efficiency_per_doubling, 0.01, 0.01]
+        )
+        x0[1] = max(float(np.median(measured * gpus)), 1e-6)
+        bounds = ([0.0, 0.0, 0.05, 0.0, 0.0], [np.inf, np.inf, 1.0, np.inf, np.inf])
+    else:
+        x0 = np.array([max(float(np.median(measured)), 1e-6), 0.01, 0.01])
+        bounds = ([0.0, 0.0, 0.0], [np.inf, np.inf, np.inf])
     solution = least_squares(
-        lambda x: predict(x) - measured,
-        x0,
-        bounds=([0.0, 0.0, 0.05, 0.0, 0.0], [np.inf, np.inf, 1.0, np.inf, np.inf]),
-        method="trf",
-        x_scale="jac",
+        lambda x: predict(x) - measured, x0, bounds=bounds, method="trf", x_scale="jac"
     )
-    fixed_s, per_token_scaled, efficiency, optimizer_rate, collective_rate = solution.x
-    return base.model_copy(
+    fixed_s, per_token_scaled, efficiency, per_gpu_rate, collective_rate = unpack(solution.x)
+    fitted = base.model_copy(
         update={
             "fixed_overhead_s": float(fixed_s),
             "s_per_token_one_gpu": float(per_token_scaled / token_scale),
             "scaling_efficiency_per_doubling": float(efficiency),
-            "optimizer_s_per_gb_shard": float(optimizer_rate),
+            "optimizer_s_per_gb_shard": float(per_gpu_rate) if form == "optimizer" else 0.0,
+            "allreduce_s_per_gb": float(per_gpu_rate) if form == "allreduce" else 0.0,
             "collective_s_per_gb_per_extra_gpu": float(collective_rate),
         }
     )
+    return fitted, float(np.sum((predict(solution.x) - measured) ** 2))
 
 
 # --- sync -------------------------------------------------------------------------------------

@@ -4,9 +4,14 @@ optimizer step on each GPU's shard.
     train_s = fixed_overhead_s
             + tokens * s_per_token_one_gpu / (n * efficiency(n))
             + optimizer_s_per_gb_shard * optimizer_state_gb / n
+            + allreduce_s_per_gb * gradients_gb * 2 (n - 1) / n
+            + collective_s_per_gb_per_extra_gpu * gradients_gb * (n - 1)
 
 with `efficiency(n) = scaling_efficiency_per_doubling ** log2(n)`: every doubling of data-parallel
-GPUs keeps that share of linear speedup (communication and load imbalance eat the rest).
+GPUs keeps that share of linear speedup (communication and load imbalance eat the rest). The
+gradient all-reduce is a ring's: each rank sends and receives 2 (n - 1) / n of the gradients, so
+it costs nothing on one GPU and is nearly flat beyond a few; collectives whose cost grows with the
+rank count itself (through host memory) have their own term.
 """
 
 from __future__ import annotations
@@ -49,6 +54,12 @@ class TrainCostParams(BaseModel):
         description="Extra seconds of the first training step of a run (allocator growth, "
         "kernel selection, first collectives), paid once.",
     )
+    allreduce_s_per_gb: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds per GB of gradients for a ring all-reduce's 2(n-1)/n traffic on n "
+        "training GPUs: zero on one GPU, nearly flat beyond a few.",
+    )
     collective_s_per_gb_per_extra_gpu: float = Field(
         default=0.0,
         ge=0,
@@ -61,6 +72,12 @@ class TrainCostParams(BaseModel):
 
 def scaling_efficiency(num_gpus: int | np.ndarray, params: TrainCostParams) -> np.ndarray:
     return params.scaling_efficiency_per_doubling ** np.log2(np.asarray(num_gpus, dtype=float))
+
+
+def ring_traffic(num_gpus: int | np.ndarray) -> np.ndarray | float:
+    """Share of the gradients each rank sends in a ring all-reduce over `num_gpus` ranks."""
+    n = np.asarray(num_gpus, dtype=float)
+    return 2.0 * (n - 1.0) / n
 
 
 def optimizer_step_s(*, train_gpus: int, model: ModelConfig, params: TrainCostParams) -> float:
@@ -79,6 +96,7 @@ def train_stage_s(
     efficiency = float(scaling_efficiency(train_gpus, params))
     compute_s = tokens * params.s_per_token_one_gpu / (train_gpus * efficiency)
     collective_s = params.collective_s_per_gb_per_extra_gpu * model.gradients_gb * (train_gpus - 1)
+    collective_s += params.allreduce_s_per_gb * model.gradients_gb * ring_traffic(train_gpus)
     return (
         params.fixed_overhead_s
         + compute_s
