@@ -250,9 +250,9 @@ def _traces_of_model(
     for i, t in enumerate(traces):
         if i not in keep:
             notes.append(
-                f"trace {i + 1} ({t.meta.source_path or 'in memory'}) is of a "
-                f"{t.meta.model_params_b:g}B model, not {model.num_params_b:g}B: left out of the "
-                "stage-cost fits (its resizes still count)"
+                f"trace {i + 1} (in the order given) is of a {t.meta.model_params_b:g}B model, "
+                f"not {model.num_params_b:g}B: left out of the stage-cost fits (its resizes "
+                "still count)"
             )
     kept_workloads = None if workloads is None else [workloads[i] for i in keep]
     return [traces[i] for i in keep], kept_workloads
@@ -554,10 +554,7 @@ def _fit_train_several_allocations(
         with_tokens: min(("optimizer", "allreduce"), key=lambda form: fits[(with_tokens, form)][1])
         for with_tokens in (True, False)
     }
-    notes = [
-        f"with tokens, the per-GPU curve is the {best_form[True]} form "
-        "(optimizer shard 1/n or ring all-reduce 2(n-1)/n; the times cannot tell both apart)"
-    ]
+    notes = []
     with_tokens = True
     distinct_runs = np.unique(runs) if runs is not None else np.zeros(0)
     if len(distinct_runs) >= 2:
@@ -572,7 +569,13 @@ def _fit_train_several_allocations(
                 f"median error {errors[True]:.1%} with it, {errors[False]:.1%} without "
                 f"({len(distinct_runs)} runs)"
             )
-    fitted, _ = fits[(with_tokens, best_form[with_tokens])]
+    form = best_form[with_tokens]
+    shape = "ring all-reduce, 2(n-1)/n" if form == "allreduce" else "optimizer shard, 1/n"
+    notes.append(
+        f"the per-GPU term is the {shape} form, the better fit of the two (with a constant, "
+        "step times cannot tell them apart)"
+    )
+    fitted, _ = fits[(with_tokens, form)]
     return fitted, notes
 
 
