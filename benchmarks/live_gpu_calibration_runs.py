@@ -69,6 +69,14 @@ MODELS: dict[str, dict] = {
 OUT_AND_BACK = [{"step": 5, "allocation": "3:1"}, {"step": 10, "allocation": "1:3"}]
 """About five steps on each split, for runs of 16 steps: 2:2, then 3:1, then 1:3."""
 BACK_AND_OUT = [{"step": 5, "allocation": "1:3"}, {"step": 10, "allocation": "3:1"}]
+SWING = [
+    {"step": 3, "allocation": "1:3"},
+    {"step": 6, "allocation": "3:1"},
+    {"step": 9, "allocation": "1:3"},
+    {"step": 12, "allocation": "2:2"},
+]
+"""Four resizes in 16 steps, every kind of move once: rollout gains one GPU, loses two, gains
+two, loses one (engine starts of one and of two replicas, for the resize fit)."""
 GPU_PRESETS: dict[str, dict] = {
     "short_tail": {**WORKLOAD_PRESETS["short_tail"], "schedule": OUT_AND_BACK},
     "long_tail": {**WORKLOAD_PRESETS["long_tail"], "schedule": BACK_AND_OUT},
@@ -79,12 +87,16 @@ GPU_PRESETS: dict[str, dict] = {
         "schedule": BACK_AND_OUT,
     },
 }
+GPU_PRESETS["short_swing"] = {**GPU_PRESETS["short_tail"], "schedule": SWING}
+GPU_PRESETS["wide_swing"] = {**GPU_PRESETS["wide_tail"], "schedule": SWING}
 """The CPU traces' presets with schedules for longer runs, and one more for fitting."""
 PLAN: tuple[tuple[str, str, int], ...] = (
     ("medium", "short_tail", 16),
     ("medium", "long_tail", 16),
     ("medium", "wide_tail", 16),
     ("small", "short_tail", 12),
+    ("medium", "short_swing", 16),
+    ("medium", "wide_swing", 16),
 )
 """(model, preset, steps) of each run, in order."""
 
