@@ -35,7 +35,7 @@ from ..traces.workload import Workload
 from .config import ConfigError
 from .costs import CostModels
 from .costs.memory import ModelConfig
-from .costs.rollout import RolloutCostParams, replica_seconds
+from .costs.rollout import RolloutCostParams, contention_factor, replica_seconds
 from .costs.rollout_kernels import replica_counts
 from .costs.sync import SyncCostParams
 from .costs.train import (
@@ -320,7 +320,7 @@ def predicted_rollout_s(
     seconds = replica_seconds(counts[..., 0], counts[..., 1], counts[..., 2], params).max(axis=1)
     if replicas is None:
         return seconds
-    return seconds * (1.0 + params.replica_contention_per_extra * (replicas - 1))
+    return seconds * contention_factor(replicas, params)
 
 
 def first_steps(steps: pd.DataFrame) -> np.ndarray:
@@ -456,26 +456,16 @@ def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFi
             f"scaling fitted from {len(distinct)} training allocations "
             f"({', '.join(str(g) for g in distinct)} GPUs)"
         )
-    predicted = np.concatenate(
-        [
-            train_stage_s(tokens[gpus == n], train_gpus=int(n), model=model, params=fitted)
-            for n in distinct
-        ]
-    )
-    order = np.concatenate([np.flatnonzero(gpus == n) for n in distinct])
-    aligned = np.empty_like(predicted)
-    aligned[order] = predicted
+    aligned = train_predictions(tokens, gpus, model, fitted)
     first = (steps["train_s"].to_numpy() > 0) & (steps["train_gpus"].to_numpy() > 0)
     first &= first_steps(steps)
-    first_gpus = steps["train_gpus"].to_numpy(np.int64)[first]
-    first_tokens = steps["tokens"].to_numpy(np.float64)[first]
     warmup_s = fitted_warmup_s(
         steps["train_s"].to_numpy(np.float64)[first],
-        np.array(
-            [
-                float(train_stage_s(t, train_gpus=int(n), model=model, params=fitted))
-                for t, n in zip(first_tokens, first_gpus, strict=True)
-            ]
+        train_predictions(
+            steps["tokens"].to_numpy(np.float64)[first],
+            steps["train_gpus"].to_numpy(np.int64)[first],
+            model,
+            fitted,
         ),
     )
     fitted = fitted.model_copy(update={"first_step_warmup_s": warmup_s})
@@ -491,6 +481,17 @@ def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFi
         assumptions=assumptions,
     )
     return costs.model_copy(update={"train": fitted}), fit
+
+
+def train_predictions(
+    tokens: np.ndarray, gpus: np.ndarray, model: ModelConfig, params: TrainCostParams
+) -> np.ndarray:
+    """The training model's time for each (tokens, training GPUs) pair, in input order."""
+    out = np.empty(len(tokens), dtype=np.float64)
+    for n in np.unique(gpus):
+        rows = gpus == n
+        out[rows] = train_stage_s(tokens[rows], train_gpus=int(n), model=model, params=params)
+    return out
 
 
 def _fit_train_one_allocation(
@@ -605,16 +606,8 @@ def _leave_one_run_out_ape(
             key=lambda pair: pair[1],
         )[0]
         held = ~rest
-        predicted = np.concatenate(
-            [
-                train_stage_s(
-                    tokens[held & (gpus == n)], train_gpus=int(n), model=model, params=fitted
-                )
-                for n in np.unique(gpus[held])
-            ]
-        )
-        order = np.concatenate([measured[held & (gpus == n)] for n in np.unique(gpus[held])])
-        errors.append(np.abs(predicted / order - 1.0))
+        predicted = train_predictions(tokens[held], gpus[held], model, fitted)
+        errors.append(np.abs(predicted / measured[held] - 1.0))
     return float(np.median(np.concatenate(errors))) if errors else None
 
 

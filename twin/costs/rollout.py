@@ -147,9 +147,14 @@ def replica_chunk_sizes(num_samples: int, num_replicas: int) -> np.ndarray:
     return sizes
 
 
-def contention_factor(num_replicas: int, params: RolloutCostParams) -> float:
-    """How much replicas that share devices stretch the slowest one's time (1 when they do not)."""
-    return 1.0 + params.replica_contention_per_extra * max(0, num_replicas - 1)
+def contention_factor(
+    num_replicas: int | np.ndarray, params: RolloutCostParams
+) -> float | np.ndarray:
+    """How much replicas that share devices stretch the slowest one's time (1 when they do not);
+    elementwise for an array of replica counts."""
+    extra = np.maximum(0, np.asarray(num_replicas) - 1)
+    factor = 1.0 + params.replica_contention_per_extra * extra
+    return float(factor) if np.ndim(factor) == 0 else factor
 
 
 def replica_seconds(
