@@ -1,13 +1,16 @@
 """Live runs on one GPU for calibrating and validating the twin (sync pipeline).
 
-The plan: three fitting runs and one held-out run, each with two scheduled resizes that visit
-all three splits of the four workers sharing the device (gloo between ranks):
+The plan: five fitting runs and one held-out run of the four workers sharing the device (gloo
+between ranks), with scheduled resizes that visit all three splits:
 
-- `medium` model (about 180 M parameters, Qwen2-shaped), presets `short_tail` and `wide_tail`:
-  the stage costs are fitted on these two, which between them span small and large batches;
+- `medium` model (about 180 M parameters, Qwen2-shaped), presets `short_tail` and `wide_tail`,
+  two resizes each: the stage costs are fitted on these, which between them span small and
+  large batches;
+- `medium` model, the same two workloads with four resizes each (`*_swing`: every kind of move
+  once), so that the resize fit sees more engine starts;
 - `small` model (about 24 M), preset `short_tail`: a second model size, so that the resize
   phases see two sizes of state moved and their per-GB rates are determined;
-- `medium` model, preset `long_tail` (held out: neither fitting run has its workload).
+- `medium` model, preset `long_tail`, two resizes (held out: no fitting run has its workload).
 
 Why `sync`: with every role on one device, a rollout that overlaps a training step slows it by
 contention that a twin of separate devices does not model; in `sync` each stage has the device
@@ -20,6 +23,8 @@ Each run leaves OUT_DIR/live_gpu_<model>_<preset>/{trace/, scenario.yaml, run_co
 then, here (the scenario of the medium model says which model the stage costs are for):
     dynaresize calibrate --trace OUT_DIR/live_gpu_medium_short_tail/trace \\
         --trace OUT_DIR/live_gpu_medium_wide_tail/trace \\
+        --trace OUT_DIR/live_gpu_medium_short_swing/trace \\
+        --trace OUT_DIR/live_gpu_medium_wide_swing/trace \\
         --trace OUT_DIR/live_gpu_small_short_tail/trace \\
         --config OUT_DIR/live_gpu_medium_short_tail/scenario.yaml --out costs.yaml
     dynaresize validate --trace OUT_DIR/live_gpu_medium_long_tail/trace --costs costs.yaml \\
