@@ -101,6 +101,47 @@ def test_contention_and_first_step_warmup_are_recovered(workload):
     assert any("contention between replicas fitted" in a for a in fit.stage("rollout").assumptions)
 
 
+def test_one_allocation_does_not_count_configured_collectives_twice(workload):
+    """With one split the intercept already holds every per-GPU term: configured all-reduce and
+    collective rates are scaled into it, not added on top."""
+    trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6)
+    base = CostModels().with_overrides(
+        {"train": {"allreduce_s_per_gb": 0.5, "collective_s_per_gb_per_extra_gpu": 0.1}}
+    )
+    fit = fit_costs([trace], base=base, model=MODEL, sync_bandwidth_gbps=400.0)
+    train = fit.stage("train")
+    np.testing.assert_allclose(train.predicted_s, train.measured_s, rtol=1e-6)
+
+
+def test_the_ring_allreduce_form_and_the_per_token_term_are_chosen_by_the_times():
+    """Steps that get slower with more trainers (a ring all-reduce over a slow link) pick the
+    all-reduce form; a real per-token cost survives leave-one-run-out (two runs)."""
+    true = TRUE.with_overrides(
+        {
+            "train": {
+                "optimizer_s_per_gb_shard": 0.0,
+                "collective_s_per_gb_per_extra_gpu": 0.0,
+                "allreduce_s_per_gb": 0.3,
+            }
+        }
+    )
+    gpus = np.repeat([6, 4, 2], 30)
+    runs = [
+        trace_from_costs(
+            lognormal_workload(90, 48, seed=s, growth=1.0), costs=true, model=MODEL, train_gpus=gpus
+        )
+        for s in (3, 4)
+    ]
+    fit = fit_costs(runs, model=MODEL, sync_bandwidth_gbps=400.0)
+    train = fit.costs.train
+    assert train.allreduce_s_per_gb == pytest.approx(0.3, rel=1e-3)
+    assert train.optimizer_s_per_gb_shard == 0.0
+    assert train.s_per_token_one_gpu == pytest.approx(3.1e-4, rel=1e-3)
+    notes = fit.stage("train").assumptions
+    assert any("per-token cost kept" in a and "(2 runs)" in a for a in notes)
+    assert any("ring all-reduce" in a for a in notes)
+
+
 def test_one_replica_count_holds_contention(workload):
     trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6)
     base = CostModels().with_overrides({"rollout": {"replica_contention_per_extra": 0.2}})

@@ -49,3 +49,39 @@ def test_a_new_folder_appears_whole(tmp_path):
     with staged_dir(out, replace=False) as staging:
         (staging / "a.txt").write_text("a")
     assert [p.name for p in out.iterdir()] == ["a.txt"]
+
+
+def _failing_on(call_number: int, monkeypatch):
+    """Make the module's n-th os.replace fail, as a full disk or a clash would."""
+    from dynaresize.traces import staged_dir as module
+
+    real = module.os.replace
+    calls = {"n": 0}
+
+    def replace(src, dst):
+        calls["n"] += 1
+        if calls["n"] == call_number:
+            raise OSError("simulated failure")
+        return real(src, dst)
+
+    monkeypatch.setattr(module.os, "replace", replace)
+
+
+@pytest.mark.parametrize(
+    ("replace", "failing_call"),
+    # replace: the old folder aside, then the new one in; merge: each name aside, then in
+    [(True, 1), (True, 2), (False, 1), (False, 2), (False, 3), (False, 4)],
+)
+def test_a_failed_move_in_puts_back_what_was_there(tmp_path, monkeypatch, replace, failing_call):
+    out = _existing(tmp_path)
+    (out / "sub").mkdir()
+    (out / "sub" / "old.txt").write_text("old")
+    with pytest.raises(OSError), staged_dir(out, replace=replace) as staging:
+        (staging / "shared.txt").write_text("new")
+        (staging / "sub").mkdir()
+        (staging / "sub" / "new.txt").write_text("new")
+        _failing_on(failing_call, monkeypatch)
+    assert sorted(p.name for p in out.iterdir()) == ["kept.txt", "shared.txt", "sub"]
+    assert (out / "shared.txt").read_text() == "old"
+    assert [p.name for p in (out / "sub").iterdir()] == ["old.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

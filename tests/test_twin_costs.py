@@ -163,3 +163,71 @@ def test_costs_file_overrides_only_what_it_names(tmp_path):
     path.write_text("train: {fixed_overhead_s: -1}\n")
     with pytest.raises(ConfigError, match=r"costs.yaml: train.fixed_overhead_s"):
         load_costs(path)
+
+
+def test_coordination_adds_to_every_critical_path():
+    params = ResizeCostParams()
+    with_coordination = params.model_copy(update={"coordination_s": 0.5})
+    for strategy in (StrategyName.OVERLAPPED, StrategyName.STOP_AND_REBUILD):
+        for engines in (True, False):
+            kwargs = {
+                "strategy": strategy,
+                "model": PAPER_MODEL,
+                "host_bandwidth_gbps": 25.0,
+                "interconnect_bandwidth_gbps": 400.0,
+                "starts_rollout_engines": engines,
+            }
+            plain = plan_resize(params=params, **kwargs)
+            more = plan_resize(params=with_coordination, **kwargs)
+            assert more.critical_s == pytest.approx(plain.critical_s + 0.5)
+
+
+def test_ring_allreduce_costs_nothing_on_one_gpu_and_plateaus():
+    params = TrainCostParams(
+        s_per_token_one_gpu=0.0,
+        fixed_overhead_s=0.0,
+        optimizer_s_per_gb_shard=0.0,
+        allreduce_s_per_gb=1.0,
+    )
+    times = [
+        float(train_stage_s(0.0, train_gpus=n, model=PAPER_MODEL, params=params)) for n in (1, 2, 8)
+    ]
+    grads = PAPER_MODEL.gradients_gb
+    assert times == pytest.approx([0.0, grads, 1.75 * grads])
+
+
+def test_warmup_is_paid_by_a_run_s_first_step_only():
+    """The first step of a run pays the one-time warm-ups; costing a step mid-run (the live
+    estimator) does not; contention stretches the rollout of several replicas sharing a device."""
+    from dynaresize.policies.types import Allocation
+    from dynaresize.traces.workload import Workload
+    from dynaresize.twin.analysis_context import load_scenario
+    from dynaresize.twin.step_costs import stage_time_components
+
+    scenario = load_scenario("example")
+    rng = np.random.default_rng(0)
+    workload = Workload.from_steps(
+        [rng.integers(10, 50, 16) for _ in range(3)], [rng.integers(1, 400, 16) for _ in range(3)]
+    )
+    candidates = [
+        Allocation(train_gpus=6, rollout_gpus=2),
+        Allocation(train_gpus=4, rollout_gpus=4),
+    ]
+    kwargs = {"candidates": candidates, "cluster": scenario.cluster, "model": scenario.model}
+    plain = stage_time_components(workload, costs=scenario.costs, **kwargs)
+    costs = scenario.costs.with_overrides(
+        {
+            "rollout": {"first_step_warmup_s": 2.0, "replica_contention_per_extra": 0.5},
+            "train": {"first_step_warmup_s": 3.0},
+        }
+    )
+    warm = stage_time_components(workload, costs=costs, **kwargs)
+    mid_run = stage_time_components(workload, costs=costs, starts_run=False, **kwargs)
+    replicas = np.array([scenario.cluster.num_rollout_replicas(c) for c in candidates])
+    stretch = 1 + 0.5 * (replicas - 1)
+    np.testing.assert_allclose(mid_run[0], plain[0] * stretch)
+    np.testing.assert_allclose(mid_run[1], plain[1])
+    np.testing.assert_allclose(warm[0][0], plain[0][0] * stretch + 2.0)
+    np.testing.assert_allclose(warm[0][1:], plain[0][1:] * stretch)
+    np.testing.assert_allclose(warm[1][0], plain[1][0] + 3.0)
+    np.testing.assert_allclose(warm[1][1:], plain[1][1:])

@@ -44,7 +44,11 @@ def true_params() -> ResizeCostParams:
 
 
 def twin_trace(
-    size_b: float, strategy: StrategyName, rng: np.random.Generator, noise: float = 0.02
+    size_b: float,
+    strategy: StrategyName,
+    rng: np.random.Generator,
+    noise: float = 0.02,
+    params: ResizeCostParams | None = None,
 ) -> Trace:
     scenario = load_scenario("example")
     cluster = scenario.cluster.model_copy(
@@ -54,7 +58,7 @@ def twin_trace(
         update={
             "cluster": cluster,
             "model": scenario.model.model_copy(update={"num_params_b": size_b}),
-            "costs": scenario.costs.model_copy(update={"resize": true_params()}),
+            "costs": scenario.costs.model_copy(update={"resize": params or true_params()}),
             "pipeline": scenario.pipeline.model_copy(update={"resize_strategy": strategy}),
             "simulation": scenario.simulation.model_copy(update={"num_steps": 18}),
         }
@@ -154,11 +158,61 @@ def test_a_held_rate_above_the_measured_times_is_lowered_to_them():
     trace.resizes.loc[export, "end_s"] = trace.resizes.loc[export, "start_s"] + 1e-3 * gb
     result = fit([trace])
     phase = next(p for p in result.phases if p.phase is PhaseName.STATE_EXPORT)
-    assert phase.rate_status is ParamStatus.HELD
+    assert phase.rate_status is ParamStatus.LOWERED
     assert phase.base_s == 0.0
     assert phase.s_per_gb_measured == pytest.approx(1e-3, rel=1e-6)
     np.testing.assert_allclose(phase.residuals_s, 0.0, atol=1e-9)
-    assert any("lowered to the measured" in r for r in phase.reasons)
+    assert [r for r in phase.reasons if "lowered to the measured" in r] == phase.reasons
+    assert any("state_export.s_per_gb" in u for u in result.undetermined())
+
+
+def test_coordination_outside_the_phases_is_recovered():
+    """The stall the steps show beyond the recorded phases becomes coordination_s, which every
+    planned resize adds to its critical path."""
+    rng = np.random.default_rng(6)
+    truth = true_params().model_copy(update={"coordination_s": 0.7})
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth) for s in (2.0, 8.2)]
+    result = fit(traces)
+    assert result.params.coordination_s == pytest.approx(0.7, rel=1e-6)
+    np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
+    assert any("coordination" in n for n in result.notes)
+
+
+def test_a_phase_always_in_the_background_leaves_the_critical_chain():
+    """weight_restore is critical in the configured DAG; records that always ran it in the
+    background move it there, and the critical phase that waited for it waits for its own
+    dependency instead, so the planned critical path shrinks."""
+    rng = np.random.default_rng(7)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0) for s in (2.0, 8.2)]
+    for t in traces:
+        restore = t.resizes["phase"] == PhaseName.WEIGHT_RESTORE.value
+        t.resizes.loc[restore, "critical"] = False
+    result = fit(traces)
+    table = result.params.overlapped
+    assert table[PhaseName.WEIGHT_RESTORE].critical is False
+    assert table[PhaseName.ROLLOUT_REINIT].depends_on == [PhaseName.WORKER_REINIT]
+    assert any("no longer wait for it" in n for n in result.notes)
+
+
+def test_a_phase_always_on_the_critical_path_joins_the_chain():
+    """comm_prewarm is in the background of the configured DAG; records that always ran it on
+    the critical path, right after rollout_reinit, put it there, after rollout_reinit."""
+    rng = np.random.default_rng(8)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0) for s in (2.0, 8.2)]
+    for t in traces:
+        r = t.resizes
+        for resize_id, group in r.groupby("resize_id"):
+            reinit = group[group["phase"] == PhaseName.ROLLOUT_REINIT.value]
+            prewarm = (r["resize_id"] == resize_id) & (r["phase"] == PhaseName.COMM_PREWARM.value)
+            length = (r.loc[prewarm, "end_s"] - r.loc[prewarm, "start_s"]).to_numpy()
+            r.loc[prewarm, "start_s"] = float(reinit["end_s"].iloc[0])
+            r.loc[prewarm, "end_s"] = float(reinit["end_s"].iloc[0]) + length
+            r.loc[prewarm, "critical"] = True
+    result = fit(traces)
+    prewarm = result.params.overlapped[PhaseName.COMM_PREWARM]
+    assert prewarm.critical is True
+    assert prewarm.depends_on == [PhaseName.ROLLOUT_REINIT]
+    assert any("placed there, after rollout_reinit" in n for n in result.notes)
 
 
 def test_no_resize_records_is_refused():

@@ -22,7 +22,11 @@ __all__ = ["staged_dir"]
 
 @contextlib.contextmanager
 def staged_dir(path: Path, *, replace: bool) -> Iterator[Path]:
-    """Yield an empty staging folder; on success its content becomes `path` (see module doc)."""
+    """Yield an empty staging folder; on success its content becomes `path` (see module doc).
+
+    If moving the staged files in fails part-way, what was moved is taken out again and what was
+    there is put back, so the destination is as it was.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
@@ -30,13 +34,53 @@ def staged_dir(path: Path, *, replace: bool) -> Iterator[Path]:
         if not path.exists():
             os.replace(staging, path)
         elif replace:
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.replace(path, old / path.name)
-            os.replace(staging, path)
-            shutil.rmtree(old, ignore_errors=True)
+            _swap_in(staging, path)
         else:
-            for item in staging.iterdir():
-                os.replace(item, path / item.name)
+            _merge_in(staging, path)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def _aside_folder(path: Path) -> Path:
+    return Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+
+
+def _swap_in(staging: Path, path: Path) -> None:
+    aside = _aside_folder(path)
+    old = aside / path.name
+    try:
+        os.replace(path, old)
+        try:
+            os.replace(staging, path)
+        except BaseException:
+            os.replace(old, path)
+            raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _merge_in(staging: Path, path: Path) -> None:
+    aside = _aside_folder(path)
+    moved_aside: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for item in sorted(staging.iterdir()):
+            dest = path / item.name
+            if dest.exists() or dest.is_symlink():
+                kept = aside / item.name
+                os.replace(dest, kept)
+                moved_aside.append((dest, kept))
+            os.replace(item, dest)
+            placed.append(dest)
+    except BaseException:
+        for dest in placed:
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest, ignore_errors=True)
+            else:
+                dest.unlink(missing_ok=True)
+        for dest, kept in moved_aside:
+            os.replace(kept, dest)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -501,7 +501,10 @@ def _fit_train_one_allocation(
     base: TrainCostParams,
     model: ModelConfig,
 ) -> TrainCostParams:
-    """Intercept and slope against tokens; the intercept is split into optimizer step and rest."""
+    """Intercept and slope against tokens. The intercept is split into the configured per-GPU
+    terms (optimizer step, all-reduce, collectives), which keep their shape for extrapolating to
+    other splits, and a fixed rest; where the intercept is smaller than those terms, they are
+    scaled down to it."""
     design = np.column_stack([np.ones_like(tokens), tokens / max(tokens.mean(), 1.0)])
     solution = least_squares(
         lambda x: design @ x - measured, np.ones(2), bounds=(0.0, np.inf), method="trf"
@@ -509,16 +512,16 @@ def _fit_train_one_allocation(
     intercept_s, slope_scaled = solution.x
     slope_s_per_token = slope_scaled / max(tokens.mean(), 1.0)
     efficiency = float(scaling_efficiency(num_gpus, base))
-    optimizer_s = base.optimizer_s_per_gb_shard * model.optimizer_state_gb / num_gpus
-    if intercept_s >= optimizer_s:
-        fixed_s, optimizer_rate = intercept_s - optimizer_s, base.optimizer_s_per_gb_shard
-    else:
-        fixed_s, optimizer_rate = 0.0, intercept_s * num_gpus / model.optimizer_state_gb
+    no_tokens = base.model_copy(update={"s_per_token_one_gpu": 0.0, "fixed_overhead_s": 0.0})
+    per_gpu_terms_s = float(train_stage_s(0.0, train_gpus=num_gpus, model=model, params=no_tokens))
+    scale = 1.0 if intercept_s >= per_gpu_terms_s else intercept_s / per_gpu_terms_s
     return base.model_copy(
         update={
             "s_per_token_one_gpu": float(slope_s_per_token * num_gpus * efficiency),
-            "fixed_overhead_s": float(fixed_s),
-            "optimizer_s_per_gb_shard": float(optimizer_rate),
+            "fixed_overhead_s": float(max(0.0, intercept_s - per_gpu_terms_s)),
+            "optimizer_s_per_gb_shard": base.optimizer_s_per_gb_shard * scale,
+            "allreduce_s_per_gb": base.allreduce_s_per_gb * scale,
+            "collective_s_per_gb_per_extra_gpu": base.collective_s_per_gb_per_extra_gpu * scale,
         }
     )
 
@@ -536,10 +539,11 @@ def _fit_train_several_allocations(
 
     Two choices the step times alone cannot make by least squares:
 
-    - The optimizer shard (1/n) and a ring all-reduce (2 (n - 1) / n = 2 - 2/n) are the same
-      curve up to the constant term, so the times fix only their sum. Each is tried with the
-      other held at 0, and the one that explains the times better is kept: shards that shrink
-      with more trainers, or gradients exchanged at a cost that grows to a plateau.
+    - The optimizer shard (1/n) and a ring all-reduce (2 (n - 1) / n = 2 - 2/n) differ, beside
+      the constant term, only in the sign of their 1/n part, so the times cannot say which
+      cause is at work, only which sign fits. Each is tried with the other held at 0 and the
+      better fit is kept: shards that shrink with more trainers, or gradients exchanged at a
+      cost that grows to a plateau.
     - A per-token cost is only worth its parameter if it predicts runs it was not fitted on.
       With two or more runs, the per-token term is kept or dropped by leave-one-run-out error
       (a small model on a large GPU trains in time that does not follow the tokens at all).
@@ -573,8 +577,8 @@ def _fit_train_several_allocations(
     form = best_form[with_tokens]
     shape = "ring all-reduce, 2(n-1)/n" if form == "allreduce" else "optimizer shard, 1/n"
     notes.append(
-        f"the per-GPU term is the {shape} form, the better fit of the two (with a constant, "
-        "step times cannot tell them apart)"
+        f"the per-GPU term is the {shape} form, the better fit of the two (with a constant they "
+        "differ only in the sign of a 1/n part, so the times choose, not the cause)"
     )
     fitted, _ = fits[(with_tokens, form)]
     return fitted, notes

@@ -51,6 +51,8 @@ MIN_RECORDS_FOR_RATE = 3
 class ParamStatus(str, Enum):
     FITTED = "fitted"
     HELD = "held"
+    LOWERED = "lowered"
+    """Not determined, and the configured value alone exceeded the records: lowered to them."""
     """Not determined by the records: kept at the configured value."""
     NOT_APPLICABLE = "n/a"
     """The phase moves nothing, so it has no per-GB rate."""
@@ -144,7 +146,7 @@ class ResizeFit:
         return [
             f"{p.strategy.value}.{p.phase.value}.s_per_gb ({p.held_because})"
             for p in self.phases
-            if p.rate_status is ParamStatus.HELD
+            if p.rate_status in (ParamStatus.HELD, ParamStatus.LOWERED)
         ]
 
     def report_lines(self) -> list[str]:
@@ -225,7 +227,7 @@ def fit_resize_phases(
             group = group[_gains_rollout(group)]
             if group.empty:
                 continue
-        prior = base.phases(strategy).get(phase)
+        prior = updated[strategy].get(phase)
         if prior is None:
             notes.append(
                 f"{strategy.value}.{phase.value} was measured ({len(group)} records) but the "
@@ -304,10 +306,21 @@ def _measured_placement(
         return prior
     if all_background:
         adopted = prior.model_copy(update={"critical": False})
-        notes.append(f"{name} ran in the background in every record: placed there")
         table[phase] = adopted
+        rewired = []
+        for other, spec in list(table.items()):
+            if spec.critical and phase in spec.depends_on:
+                # The critical path must not wait for a background phase: what waited for it
+                # waits for what it waited for.
+                deps = [d for d in spec.depends_on if d != phase]
+                deps += [d for d in prior.depends_on if d not in deps]
+                table[other] = spec.model_copy(update={"depends_on": deps})
+                rewired.append(other.value)
+        after = f"; {', '.join(rewired)} no longer wait for it" if rewired else ""
+        notes.append(f"{name} ran in the background in every record: placed there{after}")
         return adopted
-    predecessor = _recorded_predecessor(records, strategy, phase, set(table))
+    critical_in_dag = {n for n, spec in table.items() if spec.critical}
+    predecessor = _recorded_predecessor(records, strategy, phase, critical_in_dag)
     adopted = prior.model_copy(
         update={"critical": True, "depends_on": [predecessor] if predecessor else []}
     )
@@ -322,6 +335,9 @@ def _measured_placement(
         )
         return prior
     after = f"after {predecessor.value}" if predecessor else "first"
+    dropped = [d.value for d in prior.depends_on if d != predecessor]
+    if dropped:
+        after += f" (instead of after {', '.join(dropped)})"
     notes.append(f"{name} ran on the critical path in every record: placed there, {after}")
     table[phase] = adopted
     return adopted
@@ -330,7 +346,8 @@ def _measured_placement(
 def _recorded_predecessor(
     records: pd.DataFrame, strategy: StrategyName, phase: PhaseName, known: set[PhaseName]
 ) -> PhaseName | None:
-    """The critical phase that most often ended last before this one started."""
+    """The phase of `known` (the DAG's critical ones) that, among the records' critical phases,
+    most often ended last before this one started."""
     votes: dict[PhaseName, int] = {}
     of_strategy = records[records["strategy"] == strategy.value]
     for _, resize in of_strategy.groupby(["trace_index", "resize_id"], sort=True):
@@ -430,9 +447,12 @@ def fit_one_phase(
             # The configured rate alone would exceed what was measured: the records bound the
             # rate from above, so it is lowered to the measured seconds per GB (base_s 0).
             slope = float(measured_s.sum() / gb.sum())
-            reasons.append(
-                f"the configured rate would exceed the measured times: lowered to the measured "
-                f"{slope:.4g} s/GB on these links (an upper bound; base_s 0)"
+            rate_status = ParamStatus.LOWERED
+            reasons[-1] = (
+                f"s_per_gb cannot be determined ({why}), and the configured "
+                f"{prior.s_per_gb * scale:.4g} s/GB alone would exceed the measured times: "
+                f"lowered to the measured {slope:.4g} s/GB on these links (an upper bound; "
+                "base_s 0)"
             )
         base_s = 0.0 if lowered else max(0.0, float(np.mean(measured_s - slope * gb)))
         design = np.ones((len(gb), 1))

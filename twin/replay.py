@@ -265,6 +265,10 @@ def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFram
             tokens, train_gpus=int(n), model=scenario.model, params=scenario.costs.train
         )
         step_s[rows] = (rollout + train)[rows]
+    if len(step_s):
+        # The run's first step pays the one-time warm-ups, as in `stage_time_components`.
+        costs = scenario.costs
+        step_s[0] += costs.rollout.first_step_warmup_s + costs.train.first_step_warmup_s
     sync = weight_sync_s(
         weights_gb=scenario.model.weights_gb,
         bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
