@@ -145,6 +145,16 @@ def test_measured_resize_cost_from_critical_phases():
     # resize 0 stalls 100 -> 290 (190 s; the background phase does not count), resize 1: 100 s
     assert measured_resize_cost_s(resizes) == pytest.approx(145.0)
     assert measured_resize_cost_s(resizes.iloc[0:0]) is None
+    # where the steps show the stall, it counts whole (here 5 s more than the phases each)
+    steps = pd.DataFrame(
+        {
+            "step": [0, 1, 2],
+            "start_s": [0.0, 295.0, 605.0],
+            "end_s": [100.0, 500.0, 700.0],
+            "resize_id": [None, 0, 1],
+        }
+    )
+    assert measured_resize_cost_s(resizes, steps) == pytest.approx(150.0)
 
 
 def _cli():

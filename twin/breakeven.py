@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from ..policies.types import Allocation
+from .resize_measure import critical_phase_spans, measured_critical_paths
 
 PAPER_RESIZE_CRITICAL_S = 187.2
 PAPER_STEP_BEFORE_S = 39.84
@@ -213,15 +214,23 @@ class BreakevenReport:
         return pd.DataFrame([t.__dict__ for t in self.transitions])
 
 
-def measured_resize_cost_s(resizes: pd.DataFrame) -> float | None:
-    """Mean stall of the trace's own resizes: span of each resize's critical phases."""
+def measured_resize_cost_s(
+    resizes: pd.DataFrame, steps: pd.DataFrame | None = None
+) -> float | None:
+    """Mean stall of the trace's own resizes: the gap the steps show around each resize where
+    `steps` has it (what validation and the twin's plans count), else the span of its critical
+    phases."""
     if len(resizes) == 0:
         return None
-    critical = resizes[resizes["critical"].astype(bool)]
-    if len(critical) == 0:
+    spans = critical_phase_spans(resizes)
+    if not spans:
         return None
-    spans = critical.groupby("resize_id").agg(start=("start_s", "min"), end=("end_s", "max"))
-    return float((spans["end"] - spans["start"]).mean())
+    if steps is not None and len(steps):
+        gaps = measured_critical_paths(steps)
+        gaps = gaps[gaps["resize_id"].isin(list(spans))]
+        if len(gaps):
+            return float(gaps["critical_s"].mean())
+    return float(np.mean(list(spans.values())))
 
 
 def analyse(
@@ -404,7 +413,7 @@ def breakeven_for_trace(
     steady = steady_step_s(
         step_costs.rollout_s, step_costs.train_s, step_costs.sync_s, scenario.pipeline.mode
     )
-    measured = measured_resize_cost_s(trace.resizes)
+    measured = measured_resize_cost_s(trace.resizes, trace.steps)
     if measured is not None:
         cost_s, source = measured, "mean measured stall of the trace's resizes"
     else:
