@@ -55,6 +55,7 @@ def live_fields(device: str) -> dict:
             "task": {"max_count": 120},
             "policy": {"kind": "scheduled", "schedule": "1@3:1;3@1:3"},
             "checkpoint_every_steps": None,
+            "resize_strategy": "overlapped",
         }
     return {
         "num_workers": 4,
@@ -122,6 +123,7 @@ def summarize(out: Path, wall_s: float, config) -> dict:
         "max_response_tokens": config.max_response_tokens,
         "wall_s": wall_s,
         "setup_s": json.loads((out / "setup.json").read_text()),
+        "resize_strategy": ", ".join(sorted(resizes["strategy"].unique())) or "none",
         "steps": step_rows,
         "resizes": gaps,
         "phases": phases,
@@ -155,9 +157,9 @@ def markdown(result: dict, device: str) -> str:
             for s in result["steps"]
         ],
         "",
-        "## Resizes (host_sync)",
+        f"## Resizes ({result['resize_strategy']})",
         "",
-        "| resize | move | critical path (gap between steps) s | sum of phases s |",
+        "| resize | move | critical path (gap between steps) s | sum of phases s (incl. background) |",
         "| ---: | --- | ---: | ---: |",
         *[
             f"| {g['resize_id']} | {g['move']} | {g['critical_path_s']:.2f} | "
