@@ -159,7 +159,7 @@ def markdown(result: dict, device: str) -> str:
         "",
         f"## Resizes ({result['resize_strategy']})",
         "",
-        "| resize | move | critical path (gap between steps) s | sum of phases s (incl. background) |",
+        "| resize | move | critical path (gap between steps) s | sum of all phases s |",
         "| ---: | --- | ---: | ---: |",
         *[
             f"| {g['resize_id']} | {g['move']} | {g['critical_path_s']:.2f} | "
