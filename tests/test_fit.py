@@ -142,6 +142,16 @@ def test_the_ring_allreduce_form_and_the_per_token_term_are_chosen_by_the_times(
     assert any("ring all-reduce" in a for a in notes)
 
 
+def test_the_first_step_is_the_lowest_step_number_of_each_trace(workload):
+    """Logs that count steps from 1 (verl) still have their first step taken as the warm-up."""
+    true = TRUE.with_overrides({"train": {"first_step_warmup_s": 4.0}})
+    trace = trace_from_costs(workload, costs=true, model=MODEL, train_gpus=np.repeat([6, 4, 2], 30))
+    trace.steps["step"] += 1
+    trace.samples["step"] += 1
+    fit = fit_costs([trace], model=MODEL, sync_bandwidth_gbps=400.0)
+    assert fit.costs.train.first_step_warmup_s == pytest.approx(4.0, rel=1e-4)
+
+
 def test_one_replica_count_holds_contention(workload):
     trace = trace_from_costs(workload, costs=TRUE, model=MODEL, train_gpus=6)
     base = CostModels().with_overrides({"rollout": {"replica_contention_per_extra": 0.2}})

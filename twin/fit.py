@@ -324,8 +324,12 @@ def predicted_rollout_s(
 
 
 def first_steps(steps: pd.DataFrame) -> np.ndarray:
-    """Whether each row is the first step of its run (it pays the one-time warm-up)."""
-    return steps["step"].to_numpy() == 0
+    """Whether each row is the first step of its run (it pays the one-time warm-up): the lowest
+    step number of its trace, whatever the numbering starts at (verl counts from 1)."""
+    if "trace_index" not in steps:
+        return (steps["step"] == steps["step"].min()).to_numpy()
+    first = steps.groupby("trace_index")["step"].transform("min")
+    return (steps["step"] == first).to_numpy()
 
 
 def fitted_warmup_s(measured: np.ndarray, predicted: np.ndarray) -> float:
@@ -423,7 +427,7 @@ def fit_train(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFi
     steps = inputs.steps
     # The first step after a resize carries the resize's background work, and the first step of
     # a run its warm-up (allocator growth, kernel selection): either would bias the fit.
-    fresh = steps["resize_id"].isna().to_numpy() & (steps["step"].to_numpy() > 0)
+    fresh = steps["resize_id"].isna().to_numpy() & ~first_steps(steps)
     usable = (steps["train_s"].to_numpy() > 0) & (steps["train_gpus"].to_numpy() > 0) & fresh
     if usable.sum() < 3:
         raise FitError(
