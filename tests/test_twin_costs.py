@@ -231,3 +231,23 @@ def test_warmup_is_paid_by_a_run_s_first_step_only():
     np.testing.assert_allclose(warm[0][1:], plain[0][1:] * stretch)
     np.testing.assert_allclose(warm[1][0], plain[1][0] + 3.0)
     np.testing.assert_allclose(warm[1][1:], plain[1][1:])
+
+
+def test_policy_predictions_leave_the_one_time_warmup_out():
+    """The warm-up is paid whatever the split, so the step times a policy compares splits by are
+    those without it, while the run itself pays it once."""
+    from dynaresize.twin.analysis_context import load_scenario
+    from dynaresize.twin.simulate import build_context
+
+    scenario = load_scenario("example")
+    plain = build_context(scenario, seed=1)
+    warm_costs = scenario.costs.with_overrides(
+        {"rollout": {"first_step_warmup_s": 30.0}, "train": {"first_step_warmup_s": 50.0}}
+    )
+    warm = build_context(scenario, costs=warm_costs, seed=1)
+    np.testing.assert_allclose(warm.predicted_step_s, plain.predicted_step_s)
+    assert warm.step_costs.static_totals_s() == pytest.approx(
+        plain.step_costs.static_totals_s()
+        + (warm.step_costs.step_s[0] - plain.step_costs.step_s[0])
+    )
+    assert np.all(warm.step_costs.step_s[0] > plain.step_costs.step_s[0])
