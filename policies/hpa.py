@@ -122,9 +122,7 @@ def _gpus_at_period_start(
     current: int, events: deque[tuple[int, int]], *, step: int, period_steps: int
 ) -> int:
     """Rollout GPUs before the resizes within the last `period_steps` boundaries."""
-    added = sum(d for s, d in events if s > step - period_steps and d > 0)
-    removed = sum(-d for s, d in events if s > step - period_steps and d < 0)
-    return current - added + removed
+    return current - sum(d for s, d in events if s > step - period_steps)
 
 
 def _rate_limit(
@@ -132,8 +130,7 @@ def _rate_limit(
     events: deque[tuple[int, int]],
     *,
     step: int,
-    policies: tuple[ScalingPolicy, ...],
-    select: SelectPolicy,
+    config: HpaConfig,
     grow: bool,
 ) -> int:
     """Farthest rollout GPU count one direction's policies allow now (HPA's rate limits).
@@ -142,6 +139,10 @@ def _rate_limit(
     count at the start of its period; Max takes the policy allowing the most change, Min the
     least, Disabled allows none.
     """
+    if grow:
+        policies, select = config.scale_up_policies, config.scale_up_select_policy
+    else:
+        policies, select = config.scale_down_policies, config.scale_down_select_policy
     if select is SelectPolicy.DISABLED:
         return current
     sign = 1 if grow else -1
@@ -155,34 +156,6 @@ def _rate_limit(
             proposals.append(round_outwards(start * (1.0 + sign * policy.value / 100.0)))
     most_change, least_change = (max, min) if grow else (min, max)
     return most_change(proposals) if select is SelectPolicy.MAX else least_change(proposals)
-
-
-def scale_up_limit(
-    current: int, events: deque[tuple[int, int]], *, step: int, config: HpaConfig
-) -> int:
-    """Highest rollout GPU count the scale-up policies allow now."""
-    return _rate_limit(
-        current,
-        events,
-        step=step,
-        policies=config.scale_up_policies,
-        select=config.scale_up_select_policy,
-        grow=True,
-    )
-
-
-def scale_down_limit(
-    current: int, events: deque[tuple[int, int]], *, step: int, config: HpaConfig
-) -> int:
-    """Lowest rollout GPU count the scale-down policies allow now."""
-    return _rate_limit(
-        current,
-        events,
-        step=step,
-        policies=config.scale_down_policies,
-        select=config.scale_down_select_policy,
-        grow=False,
-    )
 
 
 class HpaPolicy:
@@ -240,14 +213,10 @@ class HpaPolicy:
         self._forget_before(obs.step)
         stabilized = self._stabilize(current, raw, obs.step)
         self._recommendations.append((obs.step, raw))
-        if stabilized > current:
-            stabilized = min(
-                stabilized, scale_up_limit(current, self._events, step=obs.step, config=cfg)
-            )
-        elif stabilized < current:
-            stabilized = max(
-                stabilized, scale_down_limit(current, self._events, step=obs.step, config=cfg)
-            )
+        if stabilized != current:
+            grow = stabilized > current
+            limit = _rate_limit(current, self._events, step=obs.step, config=cfg, grow=grow)
+            stabilized = min(stabilized, limit) if grow else max(stabilized, limit)
         return min(max(stabilized, min(shares)), max(shares))
 
     def decide(self, obs: StepObservation) -> Decision:
