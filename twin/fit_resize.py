@@ -172,9 +172,11 @@ class _Links:
 
     def scale(self, link: Link, params: ResizeCostParams) -> float:
         """Factor the twin applies to a phase's s_per_gb on this cluster's links."""
-        if link is Link.HOST:
-            return params.reference_host_bandwidth_gbps / self.host_bandwidth_gbps
-        return params.reference_interconnect_bandwidth_gbps / self.interconnect_bandwidth_gbps
+        return params.bandwidth_scale(
+            link,
+            host_bandwidth_gbps=self.host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=self.interconnect_bandwidth_gbps,
+        )
 
 
 def resize_records(traces: Sequence[Trace], default_model: ModelConfig) -> pd.DataFrame:

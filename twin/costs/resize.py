@@ -184,6 +184,14 @@ class ResizeCostParams(BaseModel):
             }
         return self.overlapped
 
+    def bandwidth_scale(
+        self, link: Link, *, host_bandwidth_gbps: float, interconnect_bandwidth_gbps: float
+    ) -> float:
+        """Factor a phase's s_per_gb is multiplied by on links of these bandwidths."""
+        if link is Link.HOST:
+            return self.reference_host_bandwidth_gbps / host_bandwidth_gbps
+        return self.reference_interconnect_bandwidth_gbps / interconnect_bandwidth_gbps
+
 
 def topological_order(
     phases: dict[PhaseName, PhaseCostParams], *, strategy: StrategyName
@@ -297,9 +305,12 @@ def plan_resize(
     """
     phases = params.phases(strategy)
     bandwidth_scale = {
-        Link.HOST: params.reference_host_bandwidth_gbps / host_bandwidth_gbps,
-        Link.INTERCONNECT: params.reference_interconnect_bandwidth_gbps
-        / interconnect_bandwidth_gbps,
+        link: params.bandwidth_scale(
+            link,
+            host_bandwidth_gbps=host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=interconnect_bandwidth_gbps,
+        )
+        for link in Link
     }
     end: dict[PhaseName, float] = {}
     planned = []
