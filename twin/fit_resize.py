@@ -51,9 +51,9 @@ MIN_RECORDS_FOR_RATE = 3
 class ParamStatus(str, Enum):
     FITTED = "fitted"
     HELD = "held"
+    """Not determined by the records: kept at the configured value."""
     LOWERED = "lowered"
     """Not determined, and the configured value alone exceeded the records: lowered to them."""
-    """Not determined by the records: kept at the configured value."""
     NOT_APPLICABLE = "n/a"
     """The phase moves nothing, so it has no per-GB rate."""
 
