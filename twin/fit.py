@@ -37,7 +37,7 @@ from .costs import CostModels
 from .costs.memory import ModelConfig
 from .costs.rollout import RolloutCostParams, contention_factor, replica_seconds
 from .costs.rollout_kernels import replica_counts
-from .costs.sync import SyncCostParams
+from .costs.sync import SyncCostParams, weight_sync_s
 from .costs.train import (
     TrainCostParams,
     ring_traffic,
@@ -687,8 +687,6 @@ def _fit_train_form(
 
 
 def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit]:
-    from .costs.sync import weight_sync_s
-
     measured_all = inputs.steps["sync_s"].to_numpy(np.float64)
     has_sync = measured_all > 0
     measured = measured_all[has_sync]
