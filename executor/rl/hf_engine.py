@@ -22,7 +22,7 @@ from .engine import (
     SamplingParams,
     Weights,
 )
-from .model import load_flat_parameters, load_state
+from .model import load_weights
 
 
 class HFGenerateEngine:
@@ -34,10 +34,7 @@ class HFGenerateEngine:
         self.device = next(model.parameters()).device
 
     def load_weights(self, weights: Weights) -> None:
-        if isinstance(weights, torch.Tensor):
-            load_flat_parameters(self.model, weights)
-        else:
-            load_state(self.model, dict(weights))
+        load_weights(self.model, weights)
 
     @torch.no_grad()
     def generate(

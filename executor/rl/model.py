@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
+from .engine import Weights
 from .task import TOKENIZER
 
 
@@ -202,3 +203,11 @@ def load_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> None:
                     f"weight {name}: shape {tuple(tensor.shape)}, expected {tuple(target.shape)}"
                 )
             target.copy_(tensor)
+
+
+def load_weights(model: torch.nn.Module, weights: Weights) -> None:
+    """Copy `weights` (a flat tensor or a state dict) into the model in place."""
+    if isinstance(weights, torch.Tensor):
+        load_flat_parameters(model, weights)
+    else:
+        load_state(model, dict(weights))

@@ -31,7 +31,7 @@ from .engine import (
     SamplingParams,
     Weights,
 )
-from .model import load_flat_parameters, load_state
+from .model import load_weights
 from .sampling import SamplingRule, choose_tokens, sample_keys
 
 
@@ -123,10 +123,7 @@ class KVCacheSampler:
     # -- RolloutEngine -------------------------------------------------------------------------
 
     def load_weights(self, weights: Weights) -> None:
-        if isinstance(weights, torch.Tensor):
-            load_flat_parameters(self.model, weights)
-        else:
-            load_state(self.model, dict(weights))
+        load_weights(self.model, weights)
 
     def generate(
         self, requests: Sequence[GenerationRequest], params: SamplingParams, *, step: int
