@@ -289,11 +289,10 @@ def validate_trace(
         update={
             "cluster": scenario.cluster.model_copy(update={"initial_allocation": first}),
             "pipeline": scenario.pipeline.model_copy(update={"resize_strategy": strategy}),
-            "costs": costs,
         }
     )
     mode = scenario.pipeline.mode
-    sim_context = build_context(scenario, workload=trace.to_workload(), costs=costs)
+    sim_context = build_context(scenario, workload=trace.to_workload())
     predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
     if prelude_outside_step_zero is None:
         prelude_outside_step_zero = _prelude_outside_step_zero(trace, mode)
