@@ -49,7 +49,6 @@ class StepCosts:
     """(num_steps, num_candidates): training on batch k on candidate c."""
     sync_s: np.ndarray
     """(num_candidates,): weight sync after each training step on candidate c."""
-    pipeline: PipelineConfig
     step_s: np.ndarray
     """(num_steps, num_candidates): step durations of a run that stays on candidate c."""
 
@@ -236,6 +235,5 @@ def compute_step_costs(
         rollout_s=rollout,
         train_s=train,
         sync_s=sync,
-        pipeline=pipeline,
         step_s=static_step_times(rollout, train, sync, pipeline),
     )
