@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import PolicyConfigBase
-from .moves import Direction, MoveMode, choose_target
+from .moves import MoveMode, choose_target, direction_of_imbalance
 from .signals import imbalance
 from .types import Decision, StepObservation
 
@@ -48,7 +48,8 @@ class GreedyPolicy:
         signal = imbalance(obs.last)
         if abs(signal) <= self.config.deadband:
             return Decision.hold(f"imbalance {signal:+.3f} inside deadband")
-        direction = Direction.TO_ROLLOUT if signal > 0 else Direction.TO_TRAIN
+        direction = direction_of_imbalance(signal)
+        assert direction is not None  # |signal| > deadband >= 0
         target = choose_target(obs, direction, self.config.move_mode)
         if target is None:
             return Decision.hold(f"imbalance {signal:+.3f} but no candidate {direction.value}")
