@@ -9,28 +9,40 @@ boundary.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["critical_phase_spans", "measured_critical_paths"]
+__all__ = ["critical_phase_spans", "measured_critical_paths", "step_boundaries"]
+
+
+def step_boundaries(steps: pd.DataFrame) -> pd.DataFrame:
+    """Each boundary between consecutive steps (in start order): the step before it, the gap
+    from its end to the next step's start (s) and the resize the next step records (NaN if
+    none)."""
+    ordered = steps.sort_values("start_s", kind="stable")
+    start_s = ordered["start_s"].to_numpy(np.float64)
+    end_s = ordered["end_s"].to_numpy(np.float64)
+    return pd.DataFrame(
+        {
+            "step": ordered["step"].to_numpy()[:-1],
+            "gap_s": start_s[1:] - end_s[:-1],
+            "resize_id": ordered["resize_id"].to_numpy()[1:],
+        }
+    )
 
 
 def measured_critical_paths(steps: pd.DataFrame) -> pd.DataFrame:
     """Per resize: the gap between the step before it and the first step after it (s)."""
-    ordered = steps.sort_values("start_s", kind="stable").reset_index(drop=True)
-    rows = []
-    for index in range(1, len(ordered)):
-        resize_id = ordered["resize_id"].iloc[index]
-        if pd.isna(resize_id):
-            continue
-        gap = float(ordered["start_s"].iloc[index] - ordered["end_s"].iloc[index - 1])
-        rows.append(
-            {
-                "resize_id": int(resize_id),
-                "step": int(ordered["step"].iloc[index - 1]),
-                "critical_s": gap,
-            }
-        )
-    return pd.DataFrame(rows, columns=["resize_id", "step", "critical_s"])
+    boundaries = step_boundaries(steps)
+    resized = boundaries[boundaries["resize_id"].notna()]
+    return pd.DataFrame(
+        {
+            "resize_id": resized["resize_id"].astype(np.int64).to_numpy(),
+            "step": resized["step"].astype(np.int64).to_numpy(),
+            "critical_s": resized["gap_s"].to_numpy(np.float64),
+        },
+        columns=["resize_id", "step", "critical_s"],
+    )
 
 
 def critical_phase_spans(phases: pd.DataFrame) -> dict[int, float]:

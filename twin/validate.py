@@ -36,7 +36,7 @@ from ..traces.phases import StrategyName
 from .analysis_context import AnalysisContext, context_from_config
 from .config import ConfigError, PipelineMode
 from .output_dir import staged_output_dir
-from .resize_measure import critical_phase_spans, measured_critical_paths
+from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
 
@@ -213,10 +213,9 @@ def recorded_decision_schedule(trace: Trace) -> tuple[Allocation, list[dict]]:
 
 
 def _unresized_gaps_s(steps: pd.DataFrame) -> float:
-    ordered = steps.sort_values("start_s", kind="stable")
-    gaps = ordered["start_s"].to_numpy()[1:] - ordered["end_s"].to_numpy()[:-1]
-    resized = ordered["resize_id"].notna().to_numpy()[1:]
-    return float(np.clip(gaps[~resized], 0.0, None).sum())
+    boundaries = step_boundaries(steps)
+    gaps = boundaries.loc[boundaries["resize_id"].isna(), "gap_s"].to_numpy()
+    return float(np.clip(gaps, 0.0, None).sum())
 
 
 def _recorded_strategy(trace: Trace, context: AnalysisContext) -> StrategyName:
