@@ -46,7 +46,7 @@ from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy, build_strategy
 from .runtime import Runtime, WorkerLostError
-from .shards import ShardLayout, shards_from_full
+from .shards import ShardLayout, full_vectors, shards_from_full
 from .topology import Topology
 from .trainer import TrainReport
 
@@ -292,7 +292,7 @@ class LiveSession:
             if one_step_off and step + 1 < live.num_steps:
                 launched = self._launch_rollout(step + 1)
             reports = rt.gather(train_refs, doing=f"training on batch {step}")
-            pending = self._collect_rollout(step + 1, launched) if launched else None
+            pending = self._collect_rollout(step + 1, launched) if launched is not None else None
             sync_start = rt.clock()
             rt.weights_version += 1
             rt.run(
@@ -342,10 +342,10 @@ class LiveSession:
 
     # --- rollout -------------------------------------------------------------------------
 
-    def _launch_rollout(self, batch_id: int) -> tuple[float, dict]:
+    def _launch_rollout(self, batch_id: int) -> dict:
         rt = self.runtime
         if self.live.replay_batches_from is not None:
-            return rt.clock(), {}
+            return {}
         prompt_ids = [
             batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
         ]
@@ -355,10 +355,9 @@ class LiveSession:
             for w, part in zip(rt.topology.rollout_ids, parts, strict=True)
             if part
         }
-        return rt.clock(), rt.call_each(calls, "generate")
+        return rt.call_each(calls, "generate")
 
-    def _collect_rollout(self, batch_id: int, launched: tuple[float, dict]) -> RolloutBatch:
-        _, refs = launched
+    def _collect_rollout(self, batch_id: int, refs: dict) -> RolloutBatch:
         if self.live.replay_batches_from is not None:
             return load_batch(Path(self.live.replay_batches_from), batch_id)
         reports = self.runtime.gather(refs, doing=f"generating batch {batch_id}")
@@ -536,22 +535,8 @@ class LiveSession:
         begin = rt.clock()
         phases = self.strategy.resize(rt, target=Topology.for_allocation(target))
         critical_s = rt.clock() - begin
-        self._recorder().write(
-            ResizePhaseRecord(
-                resize_id=resize_id,
-                step=step,
-                phase=p.phase,
-                strategy=self.strategy.record_name,
-                from_allocation=old.allocation.label,
-                to_allocation=target.label,
-                start_s=p.start_s,
-                end_s=p.end_s,
-                critical=p.critical,
-                bytes_moved=p.bytes_moved,
-            )
-            for p in phases
-        )
         self._last_resize = (resize_id, step, old.allocation.label, target.label)
+        self._write_phases(phases)
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0
@@ -561,8 +546,12 @@ class LiveSession:
 
     def _record_background(self, phases: list) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""
-        if not phases or self._last_resize is None:
-            return
+        if phases and self._last_resize is not None:
+            self._write_phases(phases)
+
+    def _write_phases(self, phases: list) -> None:
+        """Resize phase records of the last resize."""
+        assert self._last_resize is not None
         resize_id, step, before, after = self._last_resize
         self._recorder().write(
             ResizePhaseRecord(
@@ -585,8 +574,6 @@ class LiveSession:
     def _checkpoint(self, next_step: int, pending: RolloutBatch | None) -> None:
         rt = self.runtime
         shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="writing a checkpoint")
-        from .shards import full_vectors
-
         ckpt.save(
             self.out,
             ckpt.Checkpoint(
