@@ -107,8 +107,8 @@ class VerlDrcPolicy:
         self._lending.observe(obs)
         wait_s = trainer_wait_s(obs.last)
         ready = ready_fraction_at_boundary(obs.last)
-        waited_fraction = (1.0 - ready) if wait_s > 0.0 else 0.0
-        if wait_s > 0.0 and waited_fraction > 0.0:
+        waited_fraction = 1.0 - ready  # > 0 exactly when the trainer waited
+        if waited_fraction > 0.0:
             self._wait_per_batch_s = wait_s / waited_fraction
         if self.config.adaptive_ratio:
             self._adapt(waited_fraction)

@@ -123,8 +123,8 @@ class VerlSwitchPolicy:
             self.threshold_ratio = max(floor, self.threshold_ratio - cfg.switch_threshold_step_down)
 
     def _record_wait(self, wait_s: float, ready_fraction: float) -> None:
-        waited_fraction = 1.0 - ready_fraction
-        if wait_s > 0.0 and waited_fraction > 0.0:
+        waited_fraction = 1.0 - ready_fraction  # > 0 exactly when the trainer waited
+        if waited_fraction > 0.0:
             self._wait_s_total += wait_s
             self._wait_fraction_total += waited_fraction
 
@@ -142,8 +142,7 @@ class VerlSwitchPolicy:
         if cfg.adaptive_switch_threshold:
             self._adapt(wait_s > cfg.idle_tolerance_s)
 
-        threshold = min(1.0, max(self.threshold_ratio, 1.0 / cfg.parameter_sync_step))
-        remaining = max(0.0, threshold - ready)
+        remaining = max(0.0, self.threshold_ratio - ready)
         lend, why = self._should_lend(obs, remaining)
         return self._lending.decide(
             obs, lend=lend, why=why, lend_verb="lend", reclaim_verb="reclaim"
