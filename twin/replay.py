@@ -132,10 +132,6 @@ def as_policy_configs(policies: Sequence[object]) -> list:
     return out
 
 
-def _regret(total_s: float, optimum_s: float) -> Regret:
-    return Regret(policy_total_s=total_s, optimal_total_s=optimum_s)
-
-
 def replay_trace(
     trace: Trace,
     context: AnalysisContext,
@@ -195,35 +191,26 @@ def replay_trace(
 
     optimum = optimum_of_context(sim_context)
     measured_s = measured_total_s(steps)
-    rows = [
-        _row(
-            RECORDED_MEASURED,
-            "recorded",
-            measured_s,
-            optimum,
-            measured_s,
-            0 if colocated else _resizes(steps),
-            0,
-        ),
-        _row(
+    entries = [
+        (RECORDED_MEASURED, "recorded", measured_s, len(schedule), 0),
+        (
             RECORDED_PREDICTED,
             "recorded",
             predicted_total_s,
-            optimum,
-            measured_s,
             predicted_row_resizes,
             predicted_row_thrash,
         ),
+        *(
+            (f"static {label}", "static", total, 0, 0)
+            for label, total in sim_context.baselines.totals_s.items()
+        ),
+        *(
+            (name, "policy", r.summary.total_s, r.summary.num_resizes, r.summary.thrash_count)
+            for name, r in results.items()
+        ),
+        (OFFLINE_OPTIMUM, "optimum", optimum.total_s, optimum.num_resizes, 0),
     ]
-    for label, total in sim_context.baselines.totals_s.items():
-        rows.append(_row(f"static {label}", "static", total, optimum, measured_s, 0, 0))
-    for name, result in results.items():
-        rows.append(_row_of(name, "policy", result, optimum, measured_s))
-    rows.append(
-        _row(
-            OFFLINE_OPTIMUM, "optimum", optimum.total_s, optimum, measured_s, optimum.num_resizes, 0
-        )
-    )
+    rows = [_row(*entry, optimum_s=optimum.total_s, measured_s=measured_s) for entry in entries]
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     if fit is not None:
         notes = [f"fit: {line}" for line in fit.quality_lines()] + notes
@@ -277,20 +264,17 @@ def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFram
     return pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": step_s + sync})
 
 
-def _resizes(steps: pd.DataFrame) -> int:
-    return len(recorded_schedule(steps)[1])
-
-
 def _row(
     name: str,
     kind: str,
     total_s: float,
-    optimum: OptimalSchedule,
-    measured_s: float,
     num_resizes: int,
     thrash: int,
+    *,
+    optimum_s: float,
+    measured_s: float,
 ) -> dict:
-    regret = _regret(total_s, optimum.total_s)
+    regret = Regret(policy_total_s=total_s, optimal_total_s=optimum_s)
     return {
         "name": name,
         "kind": kind,
@@ -302,21 +286,6 @@ def _row(
         "num_resizes": num_resizes,
         "thrash_count": thrash,
     }
-
-
-def _row_of(
-    name: str, kind: str, result: SimResult, optimum: OptimalSchedule, measured_s: float
-) -> dict:
-    summary = result.summary
-    return _row(
-        name,
-        kind,
-        summary.total_s,
-        optimum,
-        measured_s,
-        summary.num_resizes,
-        summary.thrash_count,
-    )
 
 
 # --- plot and files -----------------------------------------------------------------------
