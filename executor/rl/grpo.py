@@ -14,7 +14,8 @@ Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,33 +64,43 @@ class TrainBatch:
     def num_response_tokens(self) -> int:
         return int(self.response_mask.sum().item())
 
-    def to(self, device: torch.device | str) -> TrainBatch:
-        def move(tensor: torch.Tensor | None) -> torch.Tensor | None:
-            return None if tensor is None else tensor.to(device)
-
-        return TrainBatch(
-            input_ids=self.input_ids.to(device),
-            attention_mask=self.attention_mask.to(device),
-            response_mask=self.response_mask.to(device),
-            advantages=self.advantages.to(device),
-            old_logprobs=move(self.old_logprobs),
-            ref_logprobs=move(self.ref_logprobs),
+    @classmethod
+    def pack(
+        cls,
+        sequences: Sequence[tuple[Sequence[int], Sequence[int]]],
+        advantages: torch.Tensor,
+        *,
+        pad_token_id: int,
+    ) -> TrainBatch:
+        """Right-padded rows of (prompt, response) token ids; the response mask marks each
+        row's response tokens."""
+        width = max(len(prompt) + len(response) for prompt, response in sequences)
+        input_ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.int64)
+        attention_mask = torch.zeros(len(sequences), width, dtype=torch.int64)
+        response_mask = torch.zeros(len(sequences), width, dtype=torch.float32)
+        for row, (prompt, response) in enumerate(sequences):
+            tokens = [*prompt, *response]
+            input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.int64)
+            attention_mask[row, : len(tokens)] = 1
+            response_mask[row, len(prompt) : len(tokens)] = 1.0
+        return cls(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            response_mask=response_mask,
+            advantages=advantages,
         )
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        return self._map(lambda tensor: tensor.to(device))
 
     def select(self, rows: slice | torch.Tensor) -> TrainBatch:
         """The micro-batch of the given rows."""
+        return self._map(lambda tensor: tensor[rows])
 
-        def pick(tensor: torch.Tensor | None) -> torch.Tensor | None:
-            return None if tensor is None else tensor[rows]
-
-        return TrainBatch(
-            input_ids=self.input_ids[rows],
-            attention_mask=self.attention_mask[rows],
-            response_mask=self.response_mask[rows],
-            advantages=self.advantages[rows],
-            old_logprobs=pick(self.old_logprobs),
-            ref_logprobs=pick(self.ref_logprobs),
-        )
+    def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TrainBatch:
+        """A batch of `fn` applied to every tensor (absent log-probs stay absent)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return TrainBatch(**{k: None if v is None else fn(v) for k, v in values.items()})
 
 
 def group_advantages(

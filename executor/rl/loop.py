@@ -179,23 +179,8 @@ def make_train_batch(batch: RolloutBatch, *, grpo: GRPOConfig, pad_token_id: int
     advantages = group_advantages(
         rewards, normalize_std=grpo.normalize_advantage_std, eps=grpo.advantage_eps
     ).reshape(-1)
-    lengths = [len(s.prompt_token_ids) + len(s.response_token_ids) for s in batch.samples]
-    rows, width = len(batch.samples), max(lengths)
-    input_ids = torch.full((rows, width), pad_token_id, dtype=torch.int64)
-    attention_mask = torch.zeros(rows, width, dtype=torch.int64)
-    response_mask = torch.zeros(rows, width, dtype=torch.float32)
-    for i, sample in enumerate(batch.samples):
-        prompt_len = len(sample.prompt_token_ids)
-        tokens = [*sample.prompt_token_ids, *sample.response_token_ids]
-        input_ids[i, : len(tokens)] = torch.tensor(tokens)
-        attention_mask[i, : len(tokens)] = 1
-        response_mask[i, prompt_len : len(tokens)] = 1.0
-    return TrainBatch(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        response_mask=response_mask,
-        advantages=advantages,
-    )
+    sequences = [(s.prompt_token_ids, s.response_token_ids) for s in batch.samples]
+    return TrainBatch.pack(sequences, advantages, pad_token_id=pad_token_id)
 
 
 @torch.no_grad()
