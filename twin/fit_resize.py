@@ -511,8 +511,8 @@ def _critical_path_check(
     for (trace_index, resize_id), resize in records.groupby(
         ["trace_index", "resize_id"], sort=True
     ):
-        critical = resize[resize["critical"].astype(bool)]
-        if critical.empty:
+        span_s = critical_phase_spans(resize).get(int(resize_id))
+        if span_s is None:
             continue
         strategy = StrategyName(resize["strategy"].iloc[0])
         size = float(resize["model_params_b"].iloc[0])
@@ -524,7 +524,6 @@ def _critical_path_check(
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
             starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1]).iloc[0]),
         )
-        span_s = float(critical["end_s"].max() - resize["start_s"].min())
         measured.append(stall_of.get((int(trace_index), int(resize_id)), span_s))
         predicted.append(plan.critical_s)
     if not measured:
