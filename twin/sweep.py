@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from .config import ConfigError, ScenarioConfig, format_validation_error
-from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run
+from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
 from .sweep_space import (
     Scalar,
     SweepParam,
@@ -176,8 +176,6 @@ def _base_config(
 def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
     if source.trace_path is None:
         return None, None
-    from .sweep_eval import trace_num_steps
-
     digest = _file_digest(Path(source.trace_path))
     return trace_num_steps(source.trace_path, digest), digest
 
