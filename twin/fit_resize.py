@@ -398,14 +398,16 @@ def _gigabytes(
     recorded = group["bytes_moved"].to_numpy(np.float64) / 1e9
     if recorded.any() or prior.moves is StateMoved.NONE:
         return recorded, ""
-    template = default_model.model_dump()
     sizes = group["model_params_b"].to_numpy(float)
-    gb = np.array(
-        [gb_moved(prior.moves, ModelConfig(**{**template, "num_params_b": s})) for s in sizes]
-    )
+    gb = np.array([gb_moved(prior.moves, _of_size(default_model, s)) for s in sizes])
     return gb, (
         f"no bytes recorded: the {prior.moves.value} of each trace's model is assumed moved"
     )
+
+
+def _of_size(model: ModelConfig, num_params_b: float) -> ModelConfig:
+    """`model` with another parameter count (a trace's own model size)."""
+    return ModelConfig(**{**model.model_dump(), "num_params_b": num_params_b})
 
 
 def fit_one_phase(
@@ -503,7 +505,6 @@ def _critical_path_check(
     the configured links. Measured is the stall the steps show where the trace has them (what
     validation compares), else the span of the recorded critical phases."""
     measured, predicted = [], []
-    template = model.model_dump()
     stall_of = {
         (int(r.trace_index), int(r.resize_id)): float(r.stall_s)
         for r in stalls.itertuples(index=False)
@@ -518,7 +519,7 @@ def _critical_path_check(
         size = float(resize["model_params_b"].iloc[0])
         plan = plan_resize(
             strategy=strategy,
-            model=ModelConfig(**{**template, "num_params_b": size}),
+            model=_of_size(model, size),
             params=params,
             host_bandwidth_gbps=links.host_bandwidth_gbps,
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
