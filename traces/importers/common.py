@@ -74,11 +74,16 @@ def number(record: dict, key: str, *, required: bool) -> float | None:
     value = record[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadValue(key, f"expected a number, got {type(value).__name__} {value!r:.40}")
-    value = float(value)
+    return finite_non_negative(float(value), key)
+
+
+def finite_non_negative(value: float, key: str, *, written: str | None = None) -> float:
+    """`value` if it is a finite number >= 0; BadValue names the key (and echoes `written`, the
+    value as the log spelled it, for an infinity) otherwise."""
     if math.isnan(value):
         raise BadValue(key, "is NaN")
     if math.isinf(value):
-        raise BadValue(key, f"must be finite, got {value}")
+        raise BadValue(key, f"must be finite, got {value if written is None else written}")
     if value < 0:
         raise BadValue(key, f"must be >= 0, got {value}")
     return value
@@ -183,6 +188,7 @@ __all__ = [
     "LineProblems",
     "device_roles",
     "extras_frame",
+    "finite_non_negative",
     "number",
     "required_number",
     "split_gpus",

@@ -9,7 +9,6 @@ say how. Columns the mapping does not use are kept in the extras table.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..io import Trace
 from ..schema import PipelineMode, RunMeta
-from .common import ImportOptions, LineProblems, device_roles, extras_frame, split_gpus, steps_frame
+from .common import (
+    BadValue,
+    ImportOptions,
+    LineProblems,
+    device_roles,
+    extras_frame,
+    finite_non_negative,
+    split_gpus,
+    steps_frame,
+)
 
 STEP_COLUMN_CANDIDATES = ("step", "Step", "_step", "global_step", "train/global_step")
 """Where the step number is looked for when the mapping does not name a column."""
@@ -209,19 +217,19 @@ def _parse(
             row = {q: _cell_number(df.at[idx, col], col) for q, col in resolved.items()}
             step_value = _cell_number(df.at[idx, step_col], step_col)
             if step_value is None:
-                raise _Bad(step_col, "missing (required)")
+                raise BadValue(step_col, "missing (required)")
             if not float(step_value).is_integer():
-                raise _Bad(step_col, f"expected an integer step, got {step_value}")
+                raise BadValue(step_col, f"expected an integer step, got {step_value}")
             step = int(step_value) - mapping.step_base
             if step < 0:
-                raise _Bad(step_col, f"step {int(step_value)} is before step_base")
+                raise BadValue(step_col, f"step {int(step_value)} is before step_base")
             if last_step is not None and step <= last_step:
-                raise _Bad(step_col, f"steps out of order: {step} after {last_step}")
+                raise BadValue(step_col, f"steps out of order: {step} after {last_step}")
             for q in ("train_s",) if "rollout_s" not in resolved else ("train_s", "rollout_s"):
                 if row.get(q) is None:
-                    raise _Bad(resolved[q], "missing (required)")
-        except _Bad as bad:
-            problems.fail(line, bad.column, bad.reason)
+                    raise BadValue(resolved[q], "missing (required)")
+        except BadValue as bad:
+            problems.fail(line, bad.key, bad.reason)
             continue
         last_step = step
         rows_used.append(idx)
@@ -232,13 +240,6 @@ def _parse(
     return values, rows_used, num_blank
 
 
-class _Bad(Exception):
-    def __init__(self, column: str, reason: str) -> None:
-        super().__init__(reason)
-        self.column = column
-        self.reason = reason
-
-
 def _cell_number(text: str, column: str) -> float | None:
     text = text.strip()
     if text == "":
@@ -246,14 +247,8 @@ def _cell_number(text: str, column: str) -> float | None:
     try:
         value = float(text)
     except ValueError:
-        raise _Bad(column, f"expected a number, got {text[:40]!r}") from None
-    if math.isnan(value):
-        raise _Bad(column, "is NaN")
-    if math.isinf(value):
-        raise _Bad(column, f"must be finite, got {text}")
-    if value < 0:
-        raise _Bad(column, f"must be >= 0, got {value}")
-    return value
+        raise BadValue(column, f"expected a number, got {text[:40]!r}") from None
+    return finite_non_negative(value, column, written=text)
 
 
 def _cell_value(text: str) -> object:
