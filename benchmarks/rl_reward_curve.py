@@ -73,7 +73,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> tuple[list[dict], dict]:
     start = time.perf_counter()
     for step in range(config.num_steps):
         batch, train = loop.rollout_and_train(step)
-        metrics = summarise(batch, train, max_new_tokens=config.max_new_tokens)
+        metrics = summarise(batch, train)
         row = {k: v for k, v in asdict(metrics).items() if k != "train"}
         row |= {f"train_{k}": v for k, v in asdict(metrics.train).items()}
         rows.append({"seed": seed, **row})

@@ -275,7 +275,7 @@ class RLLoop:
 
     def step(self, step: int) -> StepMetrics:
         batch, metrics = self.rollout_and_train(step)
-        return summarise(batch, metrics, max_new_tokens=self.config.max_new_tokens)
+        return summarise(batch, metrics)
 
     def rollout_and_train(self, step: int) -> tuple[RolloutBatch, TrainMetrics]:
         """Generate step `step`'s batch with the current weights, then train on it."""
@@ -309,7 +309,7 @@ class RLLoop:
         return history
 
 
-def summarise(batch: RolloutBatch, train: TrainMetrics, *, max_new_tokens: int) -> StepMetrics:
+def summarise(batch: RolloutBatch, train: TrainMetrics) -> StepMetrics:
     lengths = batch.response_lengths()
     capped = [s.finish_reason == FinishReason.LENGTH for s in batch.samples]
     return StepMetrics(

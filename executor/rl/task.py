@@ -134,11 +134,6 @@ class RepeatTask:
         self.config = config or RepeatTaskConfig()
         self.tokenizer = TOKENIZER
 
-    @property
-    def max_answer_tokens(self) -> int:
-        """Tokens of the longest correct answer, end-of-sequence included."""
-        return self.config.max_count + 1
-
     def draw_counts(self, rng: np.random.Generator, num: int) -> np.ndarray:
         """Required lengths: a Pareto draw, rounded and clipped to [min_count, max_count]."""
         cfg = self.config
