@@ -138,7 +138,6 @@ class _Pipeline:
         self.pipeline = pipeline
         self.current = costs.index(initial)
         self.plans = plans
-        self.predicted_step_s = predicted_step_s
         self.recent: deque[StageTimes] = deque(maxlen=observation_window_steps)
         self.cost_source = cost_source
         self.records = PipelineRecords()
@@ -196,7 +195,7 @@ class _Pipeline:
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
 
-    def _train_and_sync(self, k: int, train_s: float, *, one_event: bool):
+    def _train_and_sync(self, train_s: float, *, one_event: bool):
         """Training then weight sync, one busy span of the training GPUs.
 
         With `one_event` (the lockstep modes, where no other process runs) it is one SimPy
@@ -325,8 +324,8 @@ class _Pipeline:
         resize_id = self.num_resizes
         self.num_resizes += 1
         start_s = self.env.now
-        before = self.costs.candidates[self.current].label
-        after = self.costs.candidates[target].label
+        before = self.labels[self.current]
+        after = self.labels[target]
         plan = self._plan_to(target)
         strategy: StrategyName = plan.strategy
 
@@ -375,7 +374,7 @@ class _Pipeline:
                 yield from self._overlapped_stage(k, train_s)
             else:
                 yield from self._rollout(k, k)
-                yield from self._train_and_sync(k, train_s, one_event=True)
+                yield from self._train_and_sync(train_s, one_event=True)
             self._record_step(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
@@ -408,7 +407,8 @@ class _Pipeline:
         self.batch_events = [self.env.event() for _ in range(self.num_steps)]
         self.paused = False
         self.resume = self.env.event()
-        self.in_flight: tuple[int, float] | None = None
+        self.in_flight_ends_s: float | None = None
+        """When the rollout batch in flight will be done; None while none is generating."""
         self.rollout_proc = self.env.process(self._rollout_loop())
         self.env.process(self._trainer_loop())
         return self
@@ -431,15 +431,15 @@ class _Pipeline:
             duration_s = self.rollout_s[batch][self.current]
             start_s = self.env.now
             version = self.version
-            self.in_flight = (batch, start_s + duration_s)
+            self.in_flight_ends_s = start_s + duration_s
             try:
                 yield self.env.timeout(duration_s)
             except simpy.Interrupt:
                 # Aborted by a resize: the work is lost; regenerate the batch afterwards.
                 self.records.rollout_intervals.append((start_s, self.env.now))
-                self.in_flight = None
+                self.in_flight_ends_s = None
                 continue
-            self.in_flight = None
+            self.in_flight_ends_s = None
             self.records.rollout_intervals.append((start_s, self.env.now))
             self.batch_rollout_s[batch] = duration_s
             self.batch_version[batch] = version
@@ -450,7 +450,7 @@ class _Pipeline:
         for k in range(self.num_steps):
             yield self.batch_events[k]
             train_s, resize_id = self._train_duration_s(k)
-            yield from self._train_and_sync(k, train_s, one_event=False)
+            yield from self._train_and_sync(train_s, one_event=False)
             self.version = k + 1
             event = self.version_events.pop(self.version, None)
             if event is not None:
@@ -466,10 +466,9 @@ class _Pipeline:
     def _async_resize(self, k: int, target: int):
         self.paused = True
         drain_s = 0.0
-        if self.in_flight is not None:
-            _, ends_at_s = self.in_flight
+        if self.in_flight_ends_s is not None:
             if self.pipeline.in_flight is InFlightHandling.DRAIN:
-                drain_s = ends_at_s - self.env.now
+                drain_s = self.in_flight_ends_s - self.env.now
                 # The drain is recorded as a phase and waited for inside the stall below.
             else:
                 self.rollout_proc.interrupt("resize")
