@@ -13,7 +13,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
-from ..schema import ExtraMetricRecord, PipelineMode, StepRecord
+from ..schema import ExtraMetricRecord, PipelineMode, RunMeta, StepRecord
 from ..validation import SkippedRow, empty_frame, validate_frame
 
 
@@ -133,6 +133,34 @@ def split_gpus(
     return total, train, rollout
 
 
+def imported_meta(
+    options: ImportOptions,
+    *,
+    source: str,
+    importer: str,
+    path: str,
+    mode: PipelineMode,
+    gpus: tuple[int, int, int],
+    notes: list[str],
+) -> RunMeta:
+    """The run metadata of an imported log: what the importer found plus the user's facts.
+    `gpus` is `split_gpus`'s (total, train, rollout)."""
+    total, train, rollout = gpus
+    return RunMeta(
+        source=source,
+        source_path=path,
+        importer=importer,
+        pipeline_mode=mode,
+        num_gpus=total,
+        start_train_gpus=train,
+        start_rollout_gpus=rollout,
+        model_name=options.model_name,
+        model_params_b=options.model_params_b,
+        cluster=options.cluster,
+        notes=notes,
+    )
+
+
 def device_roles(train_gpus: int, rollout_gpus: int) -> list[str]:
     return ["train"] * train_gpus + ["rollout"] * rollout_gpus
 
@@ -189,6 +217,7 @@ __all__ = [
     "device_roles",
     "extras_frame",
     "finite_non_negative",
+    "imported_meta",
     "number",
     "required_number",
     "split_gpus",

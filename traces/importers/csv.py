@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
 from ..io import Trace
-from ..schema import PipelineMode, RunMeta
+from ..schema import PipelineMode
 from .common import (
     BadValue,
     ImportOptions,
@@ -25,6 +25,7 @@ from .common import (
     device_roles,
     extras_frame,
     finite_non_negative,
+    imported_meta,
     split_gpus,
     steps_frame,
 )
@@ -131,8 +132,9 @@ def import_csv(
         notes.append(f"{num_blank} rows with no stage time (sparse tracker export) were left out")
     if not rows_used:
         raise TraceError("no rows with stage times", source=str(path))
-    colocated = mapping.pipeline_mode is PipelineMode.COLOCATED
-    total, train, rollout = split_gpus(options, None, colocated=colocated, notes=notes)
+    total, train, rollout = split_gpus(
+        options, None, colocated=mapping.pipeline_mode is PipelineMode.COLOCATED, notes=notes
+    )
     columns = _derive(values, mapping, train, rollout, options, notes)
     steps = steps_frame(columns, source=str(path))
     used = {step_col, *resolved.values()}
@@ -144,17 +146,13 @@ def import_csv(
             if col not in used and df.at[idx, col].strip() != ""
         ]
     )
-    meta = RunMeta(
+    meta = imported_meta(
+        options,
         source=mapping.name,
-        source_path=str(path),
         importer=f"csv:{mapping.name}",
-        pipeline_mode=mapping.pipeline_mode,
-        num_gpus=total,
-        start_train_gpus=total if colocated else train,
-        start_rollout_gpus=total if colocated else rollout,
-        model_name=options.model_name,
-        model_params_b=options.model_params_b,
-        cluster=options.cluster,
+        path=str(path),
+        mode=mapping.pipeline_mode,
+        gpus=(total, train, rollout),
         notes=notes,
     )
     trace = Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)

@@ -29,13 +29,14 @@ import numpy as np
 
 from ..errors import TraceError
 from ..io import Trace
-from ..schema import PipelineMode, RunMeta
+from ..schema import PipelineMode
 from .common import (
     BadValue,
     ImportOptions,
     LineProblems,
     device_roles,
     extras_frame,
+    imported_meta,
     number,
     required_number,
     split_gpus,
@@ -103,9 +104,11 @@ def import_verl(
             "metrics logged between steps) were left out"
         )
     values = _extract(rows, mode, options, problems)
-    colocated = mode is PipelineMode.COLOCATED
     total, train, rollout = split_gpus(
-        options, _inferred_gpu_count(values), colocated=colocated, notes=notes
+        options,
+        _inferred_gpu_count(values),
+        colocated=mode is PipelineMode.COLOCATED,
+        notes=notes,
     )
     columns = _columns(values, mode, train, rollout, options, notes)
     gaps = _untimed_gaps(values["rows"], mode, notes)
@@ -118,17 +121,13 @@ def import_verl(
             if key not in VERBATIM_KEYS[mode]
         ]
     )
-    meta = RunMeta(
+    meta = imported_meta(
+        options,
         source="verl",
-        source_path=str(path),
         importer="verl",
-        pipeline_mode=mode,
-        num_gpus=total,
-        start_train_gpus=train if not colocated else total,
-        start_rollout_gpus=rollout if not colocated else total,
-        model_name=options.model_name,
-        model_params_b=options.model_params_b,
-        cluster=options.cluster,
+        path=str(path),
+        mode=mode,
+        gpus=(total, train, rollout),
         notes=notes,
     )
     trace = Trace(meta=meta, steps=steps, extras=extras, skipped=problems.skipped)
