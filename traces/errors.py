@@ -7,6 +7,11 @@ ValueError so the CLI's `user_errors` guard turns it into one line and exit code
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class TraceError(ValueError):
     """A trace file that cannot be read as the schema says: names file, line or row, and field."""
@@ -41,3 +46,12 @@ def _compose(
     if field is not None:
         where.append(f"field '{field}'")
     return f"{', '.join(where)}: {message}" if where else message
+
+
+def first_validation_problem(
+    err: ValidationError, *, source: str, line: int | None = None
+) -> TraceError:
+    """A TraceError for the first problem pydantic found, naming its dotted field path."""
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first.get("loc", ())) or None
+    return TraceError(first.get("msg", "invalid"), source=source, line=line, field=loc)

@@ -33,7 +33,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
-from .errors import TraceError
+from .errors import TraceError, first_validation_problem
 from .schema import (
     DecisionRecord,
     ExtraMetricRecord,
@@ -351,9 +351,7 @@ def _meta_from_dict(raw: dict, *, source: str, line: int | None, source_path: st
     try:
         meta = RunMeta.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ())) or None
-        raise TraceError(first.get("msg", "invalid"), source=source, line=line, field=loc) from None
+        raise first_validation_problem(err, source=source, line=line) from None
     if meta.schema_version != RunMeta().schema_version:
         raise TraceError(
             f"unknown schema version {meta.schema_version}",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import TraceError
+from ..errors import TraceError, first_validation_problem
 from ..io import Trace, read_trace
 from .common import ImportOptions
 from .csv import CsvMapping, import_csv, read_table, resolve_column
@@ -123,9 +123,7 @@ def sidecar_options(path: Path) -> ImportOptions | None:
     try:
         return ImportOptions.model_validate(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = ".".join(str(x) for x in first.get("loc", ())) or None
-        raise TraceError(first.get("msg", "invalid"), source=str(sidecar), field=loc) from None
+        raise first_validation_problem(err, source=str(sidecar)) from None
 
 
 def _pick_mapping(path: Path, mapping: CsvMapping | str | None) -> CsvMapping:
