@@ -73,6 +73,18 @@ def main() -> None:
         "alone": [[i] for i in range(n)],
     }
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + args.new_tokens
+    # on CUDA the compositions are checked with graphs (eager is compared once below)
+    graphs = device.type == "cuda"
+
+    def sampler(model, *, cuda_graphs: bool) -> KVCacheSampler:
+        config = SamplerConfig(
+            max_batch_size=n,
+            max_seq_len=max_seq_len,
+            cuda_graphs=cuda_graphs,
+            sampling_rule=args.sampling_rule,
+        )
+        return KVCacheSampler(model, config)
+
     rows = []
     for dtype in args.dtypes:
         model = build_model(
@@ -80,43 +92,20 @@ def main() -> None:
         )
         for temperature in (0.0, 1.0):
             params = SamplingParams(temperature=temperature, max_new_tokens=args.new_tokens)
-            # on CUDA the compositions are checked with graphs (eager is compared once below)
-            for graphs in [device.type == "cuda"]:
-                sampler = KVCacheSampler(
-                    model,
-                    SamplerConfig(
-                        max_batch_size=n,
-                        max_seq_len=max_seq_len,
-                        cuda_graphs=graphs,
-                        sampling_rule=args.sampling_rule,
-                    ),
+            main_sampler = sampler(model, cuda_graphs=graphs)
+            full = tokens_of(main_sampler, requests, params, waves=[list(range(n))])
+            row = {"dtype": dtype, "temperature": temperature, "cuda_graphs": graphs, "samples": n}
+            for name, waves in compositions.items():
+                row[f"same_as_full_batch_{name}"] = same(
+                    full, tokens_of(main_sampler, requests, params, waves=waves)
                 )
-                full = tokens_of(sampler, requests, params, waves=[list(range(n))])
-                row = {
-                    "dtype": dtype,
-                    "temperature": temperature,
-                    "cuda_graphs": graphs,
-                    "samples": n,
-                }
-                for name, waves in compositions.items():
-                    row[f"same_as_full_batch_{name}"] = same(
-                        full, tokens_of(sampler, requests, params, waves=waves)
-                    )
-                if graphs:
-                    eager = KVCacheSampler(
-                        model,
-                        SamplerConfig(
-                            max_batch_size=n,
-                            max_seq_len=max_seq_len,
-                            cuda_graphs=False,
-                            sampling_rule=args.sampling_rule,
-                        ),
-                    )
-                    row["same_as_eager"] = same(
-                        full, tokens_of(eager, requests, params, waves=[list(range(n))])
-                    )
-                print(row, flush=True)
-                rows.append(row)
+            if graphs:
+                eager = sampler(model, cuda_graphs=False)
+                row["same_as_eager"] = same(
+                    full, tokens_of(eager, requests, params, waves=[list(range(n))])
+                )
+            print(row, flush=True)
+            rows.append(row)
         del model
     record = {"config": vars(args), "device": str(device), "torch": torch.__version__, "rows": rows}
     out = Path(args.out)
