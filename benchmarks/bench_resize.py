@@ -25,12 +25,12 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # resize_preset beside this file
-QWEN2_VOCAB = 151_936
 SEQUENCE = ("1:2", "2:1")
 START = "2:1"
 STEPS_AFTER_RESIZE = 2
@@ -72,6 +72,8 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def model_spec(name: str, *, device: str) -> dict[str, Any]:
+    from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE as QWEN2_VOCAB
+
     dtype = "bfloat16" if device == "cuda" else "float32"
     if name in MODEL_CONFIGS:
         return {"config": MODEL_CONFIGS[name], "dtype": dtype, "vocab_size": QWEN2_VOCAB}
@@ -110,13 +112,22 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+@dataclass(frozen=True)
+class _Step:
+    """A measured step, as `executor.strategies.measure.resize_costs` reads it."""
+
+    start_s: float
+    end_s: float
+    resize_id: int | None
+
+
 class Sequence:
     """Runs steps and resizes on one runtime and keeps what the measurement needs."""
 
     def __init__(self, runtime, *, batch_size: int, seq_len: int) -> None:
         self.rt = runtime
         self.batch_size, self.seq_len = batch_size, seq_len
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[_Step] = []
         self.resizes: list[dict[str, Any]] = []
         self._next_resize: int | None = None
         self._seed = 0
@@ -135,7 +146,7 @@ class Sequence:
             seed=self._seed,
         )
         end = rt.clock()
-        self.steps.append({"start_s": start, "end_s": end, "resize_id": self._next_resize})
+        self.steps.append(_Step(start_s=start, end_s=end, resize_id=self._next_resize))
         self._next_resize = None
         strategy.after_step(rt)
         if hasattr(strategy, "pop_background_phases") and self.resizes:
@@ -181,18 +192,14 @@ def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) 
     if hasattr(strategy, "release"):
         strategy.release(runtime)
 
-    class _S:
-        def __init__(self, d):
-            self.start_s, self.end_s, self.resize_id = d["start_s"], d["end_s"], d["resize_id"]
-
-    costs = {c.resize_id: c for c in resize_costs([_S(s) for s in seq.steps])}
+    costs = {c.resize_id: c for c in resize_costs(seq.steps)}
     for rid, resize in enumerate(seq.resizes):
         cost = costs[rid]
         resize["critical_s"] = cost.critical_s
         resize["background_s"] = cost.background_s
         resize["first_step_s"] = cost.first_step_s
         resize["next_step_s"] = cost.next_step_s
-    steady = [s["end_s"] - s["start_s"] for s in seq.steps[1:2]]
+    steady = [s.end_s - s.start_s for s in seq.steps[1:2]]
     return {"variant": name, "switches": switches, "resizes": seq.resizes, "steady_step_s": steady}
 
 
