@@ -17,11 +17,9 @@ crash never leaves half a trace where a good one was.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -42,7 +40,7 @@ from .schema import (
     SampleRecord,
     StepRecord,
 )
-from .staged_dir import staged_dir
+from .staged_dir import staged_dir, write_file_atomically
 from .validation import (
     ColumnKind,
     SkippedRow,
@@ -146,7 +144,7 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> Path:
     path = Path(path)
     checked = trace.validated(source=str(path))
     if path.suffix == ".jsonl":
-        _atomic_file(path, lambda f: _write_jsonl_body(f, checked))
+        write_file_atomically(path, lambda f: _write_jsonl_body(f, checked))
     elif path.suffix == ".parquet":
         raise TraceError(
             "a trace is written as a directory of Parquet files (or .jsonl); "
@@ -215,21 +213,6 @@ def _write_parquet_dir(directory: Path, trace: Trace) -> None:
         for spec, fld in zip(column_specs(model), schema, strict=True):
             arrays[spec.name] = pa.array(_plain_column(df[spec.name], spec.kind), type=fld.type)
         pq.write_table(pa.table(arrays, schema=schema), directory / f"{table}.parquet")
-
-
-def _atomic_file(path: Path, write_body) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            write_body(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _atomic_dir(path: Path, write_body) -> None:

@@ -5,7 +5,8 @@ a temporary folder beside the destination and moves them in only once all are wr
 error part-way leaves no partial output and nothing already there is lost. The one choice is what
 happens to a folder already at the destination: `replace=True` swaps it out whole (a trace or a
 run folder is one thing), `replace=False` merges the new files into it (a report written into a
-folder the user keeps other files in).
+folder the user keeps other files in). A single file gets the same guarantee from
+`write_file_atomically`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TextIO
 
-__all__ = ["staged_dir"]
+__all__ = ["staged_dir", "write_file_atomically"]
 
 
 @contextlib.contextmanager
@@ -84,3 +86,20 @@ def _merge_in(staging: Path, path: Path) -> None:
         raise
     finally:
         shutil.rmtree(aside, ignore_errors=True)
+
+
+def write_file_atomically(path: Path, write_body: Callable[[TextIO], None]) -> None:
+    """Write a text file through `write_body` into a temporary sibling, fsync it and rename it
+    into place: `path` holds either its old content or the complete new one, never a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            write_body(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

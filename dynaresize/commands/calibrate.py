@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import typer
@@ -100,13 +98,7 @@ def _refuse(message: str) -> None:
 
 def _write_yaml_atomically(path: Path, data: dict, comments: list[str]) -> None:
     """Write to a temporary sibling and rename: a failure leaves no partial file behind."""
+    from dynaresize.traces.staged_dir import write_file_atomically
+
     text = "".join(f"# {line}\n" for line in comments) + yaml.safe_dump(data, sort_keys=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_file_atomically(path, lambda f: f.write(text))
