@@ -53,7 +53,6 @@ GROWS_WITH_WEIGHTS = {"stop_and_rebuild": {"worker_reinit", "postprocess"}, "ove
 build the model from scratch, and its post-processing reloads the rollout engines' weights."""
 ENGINE_START = "rollout_reinit"
 """Measured only on resizes that give the rollout side GPUs (the twin's rule): elsewhere 0 s."""
-VARIANT_OF = {"overlapped": "overlapped", "stop_and_rebuild": "stop_and_rebuild"}
 
 
 def _model_gb(num_params: int, *, weight_bytes: float) -> dict[str, float]:
@@ -120,7 +119,7 @@ def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str,
         per_phase: dict[str, list[tuple[float, float]]] = {}
         for result in data["results"]:
             variants = {v["variant"]: v for v in result["variants"]}
-            variant = variants.get(VARIANT_OF[strategy])
+            variant = variants.get(strategy)
             if variant is None:
                 continue
             gb = _model_gb(result["num_params"], weight_bytes=weight_bytes)
@@ -195,7 +194,7 @@ def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None
         )
         variants = {v["variant"]: v for v in result["variants"]}
         for strategy in (StrategyName.OVERLAPPED, StrategyName.STOP_AND_REBUILD):
-            variant = variants.get(VARIANT_OF[strategy.value])
+            variant = variants.get(strategy.value)
             if variant is None:
                 continue
             for measured in variant["resizes"]:
