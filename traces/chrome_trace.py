@@ -100,13 +100,13 @@ def _roles(step: Mapping[str, Any]) -> list[str]:
 def _device_role_events(steps: list[dict], resize_windows: dict[int, tuple]) -> list[dict]:
     """Merge consecutive steps in which a device keeps its role into one span per device."""
     events: list[dict] = []
-    num_devices = max(len(_roles(s)) for s in steps)
+    roles_of_step = [_roles(s) for s in steps]
+    num_devices = max(len(roles) for roles in roles_of_step)
     for device in range(num_devices):
         events += _metadata(GPU_PID, device, f"GPU {device}", device)
         current: tuple[str, float, float, int] | None = None
         previous_role: str | None = None
-        for step in steps:
-            roles = _roles(step)
+        for step, roles in zip(steps, roles_of_step, strict=True):
             role = roles[device] if device < len(roles) else None
             resize_id = step.get("resize_id")
             if _present(resize_id) and previous_role is not None and role != previous_role:
