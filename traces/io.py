@@ -432,9 +432,8 @@ def _read_jsonl(path: Path, *, lenient: bool) -> Trace:
             lenient=lenient,
             skipped=skipped,
         )
-    first_meta = meta[0] if meta else None
-    first_meta = first_meta or RunMeta(
-        source_path=source, notes=["no meta record: no run metadata"]
+    first_meta = (
+        meta[0] if meta else RunMeta(source_path=source, notes=["no meta record: no run metadata"])
     )
     return Trace(meta=first_meta, skipped=skipped, **frames)
 
