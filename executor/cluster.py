@@ -22,6 +22,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from .config import DeviceKind, LiveConfig
 
 PLACEMENT_TIMEOUT_S = 120.0
+PLACEMENT_GROUP_NAME = "dynaresize-live"
 
 
 class ClusterError(RuntimeError):
@@ -122,7 +123,7 @@ class Cluster:
 def reserve(config: LiveConfig) -> PlacementGroup:
     """One bundle per device, packed onto as few nodes as the cluster allows."""
     bundles = [bundle_for(config) for _ in range(config.num_workers)]
-    group = placement_group(bundles, strategy="PACK", name="dynaresize-live")
+    group = placement_group(bundles, strategy="PACK", name=PLACEMENT_GROUP_NAME)
     ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
     if not ready:
         remove_placement_group(group)
@@ -133,11 +134,18 @@ def reserve(config: LiveConfig) -> PlacementGroup:
     return group
 
 
-def start_workers(config: LiveConfig, group: PlacementGroup) -> list[Any]:
-    """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden."""
-    from .worker import LiveWorker
+def start_workers(
+    config: LiveConfig, group: PlacementGroup, *, actor_cls: type | None = None
+) -> list[Any]:
+    """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden.
 
-    actor_cls = ray.remote(LiveWorker)
+    `actor_cls` is the worker class (`LiveWorker` when None; tools pass a subclass of it).
+    """
+    if actor_cls is None:
+        from .worker import LiveWorker
+
+        actor_cls = LiveWorker
+    remote_cls = ray.remote(actor_cls)
     share = bundle_for(config)
     workers = []
     for worker_id in range(config.num_workers):
@@ -145,7 +153,7 @@ def start_workers(config: LiveConfig, group: PlacementGroup) -> list[Any]:
             placement_group=group, placement_group_bundle_index=worker_id
         )
         workers.append(
-            actor_cls.options(
+            remote_cls.options(
                 num_cpus=share["CPU"],
                 num_gpus=share.get("GPU", 0.0),
                 scheduling_strategy=strategy,

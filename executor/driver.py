@@ -217,15 +217,7 @@ class LiveSession:
         infos = rt.run(rt.all_ids, "info", doing="starting")
         lap("actors_started")
         (self.out / WORKERS_FILE).write_text(json.dumps([infos[w] for w in rt.all_ids]))
-        port = rt.run([0], "rendezvous_port", doing="starting")[0]
-        rt.run(
-            rt.all_ids,
-            "join_world",
-            doing="joining the world group",
-            master_addr=infos[0]["node_ip"],
-            master_port=port,
-            world_size=len(rt.workers),
-        )
+        rt.form_world(master_addr=infos[0]["node_ip"])
         lap("world_group")
         numels = rt.run(rt.all_ids, "build_model", doing="building the model")
         self.numel = numels[0]

@@ -120,6 +120,18 @@ class Runtime:
         """call + gather."""
         return self.gather(self.call(worker_ids, method, **kwargs), doing=doing)
 
+    def form_world(self, *, master_addr: str) -> None:
+        """Every worker joins one new world process group, rendezvous at worker 0's free port."""
+        port = self.run([0], "rendezvous_port", doing="finding a rendezvous port")[0]
+        self.run(
+            self.all_ids,
+            "join_world",
+            doing="joining the world group",
+            master_addr=master_addr,
+            master_port=port,
+            world_size=len(self.workers),
+        )
+
     @property
     def all_ids(self) -> tuple[int, ...]:
         return tuple(range(len(self.workers)))

@@ -14,9 +14,8 @@ from typing import Any
 import ray
 import torch
 from dynaresize.traces.phases import Role
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..cluster import bundle_for, connect, reserve
+from ..cluster import PLACEMENT_GROUP_NAME, connect, reserve, start_workers
 from ..config import LiveConfig
 from ..runtime import Runtime
 from ..topology import Topology
@@ -70,23 +69,6 @@ class BenchWorker(FastLiveWorker):
         trainer.optimizer_step += 1
 
 
-def start_fast_workers(config: LiveConfig, group, *, actor_cls: type = FastLiveWorker) -> list:
-    remote_cls = ray.remote(actor_cls)
-    share = bundle_for(config)
-    return [
-        remote_cls.options(
-            num_cpus=share["CPU"],
-            num_gpus=share.get("GPU", 0.0),
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=group, placement_group_bundle_index=worker_id
-            ),
-            max_restarts=0,
-            max_concurrency=1,
-        ).remote(worker_id=worker_id, config_json=config.model_dump_json())
-        for worker_id in range(config.num_workers)
-    ]
-
-
 def setup_runtime(runtime: Runtime) -> int:
     """The driver's setup: world group, model, groups, roles, initial slices, first sync.
 
@@ -94,15 +76,7 @@ def setup_runtime(runtime: Runtime) -> int:
     """
     rt = runtime
     infos = rt.run(rt.all_ids, "info", doing="starting")
-    port = rt.run([0], "rendezvous_port", doing="starting")[0]
-    rt.run(
-        rt.all_ids,
-        "join_world",
-        doing="joining the world group",
-        master_addr=infos[0]["node_ip"],
-        master_port=port,
-        world_size=len(rt.workers),
-    )
+    rt.form_world(master_addr=infos[0]["node_ip"])
     numel = rt.run(rt.all_ids, "build_model", doing="building the model")[0]
     topo = rt.topology
     rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
@@ -120,7 +94,7 @@ def start_runtime(
     """Ray (joined or started), the placement group, fast workers, and the driver's setup."""
     started = connect(address=None, config=config)
     group = reserve(config)
-    workers = start_fast_workers(config, group, actor_cls=actor_cls)
+    workers = start_workers(config, group, actor_cls=actor_cls)
     runtime = Runtime(
         config=config,
         workers=workers,
@@ -133,10 +107,8 @@ def start_runtime(
 
 def restart_fast_workers(runtime: Runtime, *, actor_cls: type = FastLiveWorker) -> list:
     """Actor factory for `stop_and_rebuild` when the workers are `FastLiveWorker`s."""
-    from .stop_and_rebuild import PLACEMENT_GROUP_NAME
-
     group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
-    return start_fast_workers(runtime.config, group, actor_cls=actor_cls)
+    return start_workers(runtime.config, group, actor_cls=actor_cls)
 
 
 def restart_bench_workers(runtime: Runtime) -> list:

@@ -19,12 +19,11 @@ from typing import Any
 import ray
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
+from ..cluster import PLACEMENT_GROUP_NAME, start_workers
 from ..config import LiveStrategy
 from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
 from ..runtime import Runtime
 from ..topology import Topology
-
-PLACEMENT_GROUP_NAME = "dynaresize-live"
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
@@ -32,8 +31,6 @@ ActorFactory = Callable[[Runtime], list[Any]]
 
 def restart_live_workers(runtime: Runtime) -> list[Any]:
     """The executor's own workers, in the run's placement group."""
-    from ..cluster import start_workers
-
     group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
     return start_workers(runtime.config, group)
 
@@ -77,7 +74,8 @@ class StopAndRebuildStrategy(ResizeStrategy):
                 runtime.run(runtime.all_ids, "build_model", doing="rebuilding the model")
 
             with log.phase(PhaseName.COMM_PREWARM):
-                self._form_world(runtime)
+                infos = runtime.run([0], "info", doing="finding the rendezvous host")
+                runtime.form_world(master_addr=infos[0]["node_ip"])
                 runtime.run(
                     runtime.all_ids, "bind_topology", doing="building groups", topology=target
                 )
@@ -121,16 +119,3 @@ class StopAndRebuildStrategy(ResizeStrategy):
             with log.phase(PhaseName.POSTPROCESS):
                 shutil.rmtree(folder, ignore_errors=True)
         return log.phases
-
-    @staticmethod
-    def _form_world(runtime: Runtime) -> None:
-        infos = runtime.run([0], "info", doing="finding the rendezvous host")
-        port = runtime.run([0], "rendezvous_port", doing="finding a rendezvous port")[0]
-        runtime.run(
-            runtime.all_ids,
-            "join_world",
-            doing="joining the world group",
-            master_addr=infos[0]["node_ip"],
-            master_port=port,
-            world_size=len(runtime.workers),
-        )
