@@ -18,6 +18,13 @@ from policy_observations import (
     times_with_imbalance,
 )
 
+
+def observed_imbalance(x: float) -> float:
+    """The imbalance a policy computes from `times_with_imbalance(x)`."""
+    rollout_s, train_s = times_with_imbalance(x)
+    return (rollout_s - train_s) / max(rollout_s, train_s)
+
+
 hysteresis_configs = st.builds(
     HysteresisConfig,
     up_threshold=st.floats(0.05, 0.6),
@@ -84,12 +91,10 @@ def test_sustained_step_change_resizes_once_in_the_right_direction(
     config = config.model_copy(update={"move_mode": MoveMode.ONE_NOTCH})
     up, down, alpha = config.up_threshold, config.down_threshold, config.smoothing_alpha
     u = -down + (0.001 + 0.998 * before) * (up + down)  # strictly inside the band before
-    if to_rollout:
-        v = up + outside * (0.99 - up)
-        crosses = alpha * v + (1 - alpha) * u >= up
-    else:
-        v = -down - outside * (0.99 - down)
-        crosses = alpha * v + (1 - alpha) * u <= -down
+    v = up + outside * (0.99 - up) if to_rollout else -down - outside * (0.99 - down)
+    # what the policy will see: the stage times carry the imbalances only up to rounding
+    smoothed = alpha * observed_imbalance(v) + (1 - alpha) * observed_imbalance(u)
+    crosses = smoothed >= up if to_rollout else smoothed <= -down
     assume(crosses)  # the smoothed signal leaves the band on the first changed step
     change_step = max(change_step, config.dwell_steps)
     start = alloc("4:4")
