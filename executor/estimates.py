@@ -15,7 +15,7 @@ measured (`measured`); the twin's resize cost model with the parameters of `--co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from dynaresize.policies.types import (
@@ -28,6 +28,9 @@ from dynaresize.traces.phases import StrategyName
 
 from .batch import RolloutBatch
 from .config import PipelineMode
+
+if TYPE_CHECKING:
+    from dynaresize.twin.costs import CostModels
 
 
 class CandidateEstimator:
@@ -52,7 +55,7 @@ class CandidateEstimator:
             strategy=strategy,
             num_params=num_params,
             weight_bytes_per_param=weight_bytes_per_param,
-            costs_path=costs_path,
+            costs=self.costs,
         )
 
     def predict(
@@ -136,13 +139,12 @@ def _twin_resize_cost(
     strategy: StrategyName,
     num_params: int,
     weight_bytes_per_param: int,
-    costs_path: Path | None,
+    costs: CostModels,
 ) -> tuple[float, float, CostSource]:
     """Critical path and slowdown of one resize of this model by the twin's resize cost model."""
     from dynaresize.twin.costs.memory import ModelConfig
     from dynaresize.twin.costs.resize import plan_resize
 
-    costs = _load_costs(costs_path)
     model = ModelConfig(
         num_params_b=num_params / 1e9,
         weight_bytes_per_param=float(weight_bytes_per_param),
