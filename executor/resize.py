@@ -167,15 +167,9 @@ def restore_weights_from_host(
     return sum(restored.values())
 
 
-def _record_name_for_host_sync() -> StrategyName:
-    """`host_sync` is the in-process, retained-placement path of the overlapped strategy with its
-    three mechanisms switched off; the shared vocabulary names it where it has its own name."""
-    return getattr(StrategyName, "HOST_SYNC", StrategyName.OVERLAPPED)
-
-
 class HostSyncStrategy(ResizeStrategy):
     name = LiveStrategy.HOST_SYNC
-    record_name = _record_name_for_host_sync()
+    record_name = StrategyName.HOST_SYNC
 
     def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
         old = runtime.topology
@@ -209,10 +203,9 @@ class HostSyncStrategy(ResizeStrategy):
 
 def build_strategy(name: LiveStrategy) -> ResizeStrategy:
     """The strategy object for a config's `resize_strategy`."""
-    strategies: dict[LiveStrategy, type[ResizeStrategy]] = {
-        LiveStrategy.HOST_SYNC: HostSyncStrategy
-    }
-    if name is not LiveStrategy.HOST_SYNC:
+    if name is LiveStrategy.HOST_SYNC:
+        return HostSyncStrategy()
+    if name not in _EXTRA_STRATEGIES:
         # Other strategies live in their own modules and register themselves on import.
         module = f"{__package__}.strategies.{name.value}"
         try:
@@ -220,10 +213,9 @@ def build_strategy(name: LiveStrategy) -> ResizeStrategy:
         except ModuleNotFoundError as err:
             if err.name != module:
                 raise
-    strategies.update(_registered_elsewhere())
-    if name not in strategies:
+    if name not in _EXTRA_STRATEGIES:
         raise NotImplementedError(f"resize_strategy {name.value} is not available in this build")
-    return strategies[name]()
+    return _EXTRA_STRATEGIES[name]()
 
 
 _EXTRA_STRATEGIES: dict[LiveStrategy, type[ResizeStrategy]] = {}
@@ -235,7 +227,3 @@ def register_strategy(cls: type[ResizeStrategy]) -> type[ResizeStrategy]:
         raise ValueError(f"resize strategy {cls.name.value} is registered twice")
     _EXTRA_STRATEGIES[cls.name] = cls
     return cls
-
-
-def _registered_elsewhere() -> dict[LiveStrategy, type[ResizeStrategy]]:
-    return dict(_EXTRA_STRATEGIES)
