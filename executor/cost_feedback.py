@@ -20,7 +20,7 @@ feeds it step and resize measurements and reads predictions back, and tests driv
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Protocol
 
@@ -164,13 +164,8 @@ class ResizeCostFeedback:
         if self._awaiting_background is None or self._first_step_s is None:
             return
         index = self._awaiting_background
-        done = self.resizes[index]
-        self.resizes[index] = MeasuredResize(
-            resize_id=done.resize_id,
-            from_allocation=done.from_allocation,
-            to_allocation=done.to_allocation,
-            critical_s=done.critical_s,
-            background_s=self._first_step_s - float(step_s),
+        self.resizes[index] = replace(
+            self.resizes[index], background_s=self._first_step_s - float(step_s)
         )
         self._awaiting_background = None
         self._first_step_s = None
