@@ -27,7 +27,7 @@ from dynaresize.policies.types import Allocation
 
 from ..comm_cache import CommunicatorCache, GroupKind
 from ..deferred_optimizer import DeferredOptimizerState
-from ..shards import OPTIMIZER_TENSORS, ShardLayout
+from ..shards import OPTIMIZER_TENSORS, ShardLayout, ShardState, recut, sources_of
 from ..staging import StagingConfig, StagingPool, StagingSender
 from ..topology import Topology
 from .plan import SliceMove
@@ -358,7 +358,7 @@ class FastResizeWorker:
             thread.join()
         waited = 0.0
         if work.deferred is not None:
-            waited = work.deferred.wait_and_install()
+            work.deferred.wait_and_install()
             waited = work.deferred.waited_s
         if work.errors:
             raise work.errors[0]
@@ -412,27 +412,23 @@ class FastResizeWorker:
         """This new trainer's master slice, re-cut from the old slices on disk."""
         trainer = self.trainer
         assert trainer is not None
-        numel = trainer.layout.numel
-        old = ShardLayout(numel=numel, num_ranks=old_num_ranks)
-        lo, hi = trainer.layout.bounds(trainer.rank)
-        pieces: dict[str, list[torch.Tensor]] = {"master": [], **{k: [] for k in MOMENT_KEYS}}
-        step = 0
-        read = 0
-        for rank in range(old_num_ranks):
-            old_lo, old_hi = old.bounds(rank)
-            start, stop = max(lo, old_lo), min(hi, old_hi)
-            if start >= stop:
-                continue
+        old = ShardLayout(numel=trainer.layout.numel, num_ranks=old_num_ranks)
+        old_shards = []
+        for rank in sources_of(old, trainer.layout, trainer.rank):
             saved = torch.load(Path(directory) / f"shard-{rank}.pt", mmap=True, weights_only=True)
-            step = int(saved["optimizer_step"])
-            for key in pieces:
-                piece = saved[key][start - old_lo : stop - old_lo].clone()
-                read += _bytes(piece)
-                pieces[key].append(piece)
-        master = torch.cat(pieces["master"])
-        trainer.load_weights(master, optimizer_step=step)
-        self._pending_moments = {k: torch.cat(pieces[k]) for k in MOMENT_KEYS}
-        return read
+            old_shards.append(
+                ShardState(
+                    rank=rank,
+                    layout=old,
+                    master=saved["master"],
+                    moments={k: saved[k] for k in MOMENT_KEYS},
+                    optimizer_step=int(saved["optimizer_step"]),
+                )
+            )
+        shard = recut(old_shards, trainer.layout, trainer.rank)
+        trainer.load_weights(shard.master, optimizer_step=shard.optimizer_step)
+        self._pending_moments = shard.moments
+        return shard.nbytes()
 
 
 def moments_of(loaded: dict) -> list[torch.Tensor]:
