@@ -183,7 +183,7 @@ class LiveWorker(FastResizeWorker):
         """First start: this rank's slice of the model's own (identical) initial weights."""
         start = time.perf_counter()
         trainer = self._trainer()
-        flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+        flat = self.flat_weights()
         lo, hi = trainer.layout.bounds(trainer.rank)
         trainer.load_weights(flat[lo:hi], optimizer_step=optimizer_step)
         trainer.load_moments({})
