@@ -96,10 +96,8 @@ class RunRecorder:
             for path in (self.trace_path, self.lineage_path):
                 path.unlink(missing_ok=True)
         else:
-            truncate_after(self.trace_path, keep=_before(resume_from_step))
-            truncate_after(
-                self.lineage_path, keep=lambda obj: obj.get("step", 0) < resume_from_step
-            )
+            for path in (self.trace_path, self.lineage_path):
+                truncate_after(path, keep=_before(resume_from_step))
         self.trace = JsonlTraceWriter(self.trace_path, meta=meta, fsync=False)
         self._lineage = open(self.lineage_path, "a", encoding="utf-8")  # noqa: SIM115
         self.has_steps = resume_from_step is not None and resume_from_step > 0
