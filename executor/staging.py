@@ -234,7 +234,7 @@ class TransferStats:
 
 
 def _fifo_paths(name: str) -> tuple[str, str]:
-    base = os.path.join(tempfile.gettempdir(), f"{name}")
+    base = os.path.join(tempfile.gettempdir(), name)
     return base + ".ready", base + ".free"
 
 
@@ -306,14 +306,15 @@ class _Ring:
         self.slots = [body[i * chunk : (i + 1) * chunk] for i in range(config.num_buffers)]
 
     # Messages ---------------------------------------------------------------------------------
+    def _fd(self, fd_kind: str) -> int:
+        return self._ready_fd if fd_kind == "ready" else self._free_fd
+
     def post(self, fd_kind: str, transfer_id: int, index: int) -> None:
-        fd = self._ready_fd if fd_kind == "ready" else self._free_fd
-        os.write(fd, _MESSAGE.pack(transfer_id, index))
+        os.write(self._fd(fd_kind), _MESSAGE.pack(transfer_id, index))
 
     def expect(self, fd_kind: str, transfer_id: int, index: int) -> None:
-        fd = self._ready_fd if fd_kind == "ready" else self._free_fd
         got = _read_message(
-            fd,
+            self._fd(fd_kind),
             timeout_s=self.config.peer_timeout_s,
             what=f"'{fd_kind}' message for chunk {index} of transfer {transfer_id} "
             f"in staging pool {self.name!r}",
@@ -331,7 +332,7 @@ class _Ring:
         start only once the previous one has taken its last 'free' messages, or it would read
         them as its own.
         """
-        fd = self._ready_fd if fd_kind == "ready" else self._free_fd
+        fd = self._fd(fd_kind)
         deadline = time.monotonic() + self.config.peer_timeout_s
         while select.select([fd], [], [], 0)[0]:
             if time.monotonic() > deadline:
