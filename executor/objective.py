@@ -24,19 +24,9 @@ def pack(
     samples: list[RolloutSample], *, device: torch.device, pad_token_id: int
 ) -> grpo.TrainBatch:
     """Right-padded prompt+response rows; the response mask marks the response tokens."""
-    width = max(s.num_tokens for s in samples)
-    ids = torch.full((len(samples), width), pad_token_id, dtype=torch.long)
-    attention = torch.zeros((len(samples), width), dtype=torch.long)
-    response = torch.zeros((len(samples), width), dtype=torch.float32)
-    for row, sample in enumerate(samples):
-        tokens = (*sample.prompt_token_ids, *sample.response_token_ids)
-        ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        attention[row, : len(tokens)] = 1
-        response[row, len(sample.prompt_token_ids) : len(tokens)] = 1.0
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
-    return grpo.TrainBatch(
-        input_ids=ids, attention_mask=attention, response_mask=response, advantages=advantages
-    ).to(device)
+    sequences = [(s.prompt_token_ids, s.response_token_ids) for s in samples]
+    return grpo.TrainBatch.pack(sequences, advantages, pad_token_id=pad_token_id).to(device)
 
 
 def grpo_config(settings: ObjectiveSettings) -> grpo.GRPOConfig:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 from .batch import RolloutSample
 from .config import ObjectiveSettings, OptimizerSettings
 from .objective import microbatch_loss
+from .rl.model import load_flat_parameters
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
 
 
@@ -51,16 +52,6 @@ def flat_gradient(model: torch.nn.Module) -> torch.Tensor:
         grad = param.grad if param.grad is not None else torch.zeros_like(param)
         parts.append(grad.detach().reshape(-1).to(device="cpu", dtype=torch.float32))
     return torch.cat(parts)
-
-
-def load_flat(model: torch.nn.Module, flat: torch.Tensor) -> None:
-    """Copy a flat fp32 vector into the model's parameters, casting to their dtype."""
-    offset = 0
-    with torch.no_grad():
-        for param in model.parameters():
-            size = param.numel()
-            param.copy_(flat[offset : offset + size].view_as(param))
-            offset += size
 
 
 class TrainerRole:
@@ -185,7 +176,7 @@ class TrainerRole:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.optimizer_step += 1
-        load_flat(self.model, self.gather_master())
+        load_flat_parameters(self.model, self.gather_master())
         self.model.eval()
         return TrainReport(
             worker_id=self.worker_id,

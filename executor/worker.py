@@ -216,10 +216,10 @@ class LiveWorker(FastResizeWorker):
 
     def refresh_model_from_master(self) -> float:
         """All-gather the master slices into the model (trainer-group collective)."""
-        from .trainer import load_flat
+        from .rl.model import load_flat_parameters
 
         start = time.perf_counter()
-        load_flat(self.model, self._trainer().gather_master())
+        load_flat_parameters(self.model, self._trainer().gather_master())
         return time.perf_counter() - start
 
     # --- one step ------------------------------------------------------------------------
