@@ -19,14 +19,7 @@ from dynaresize.executor.rl.grpo import (  # noqa: E402
 )
 from dynaresize.executor.rl.model import ModelSpec, build_model  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest on one thread; restore the setting for other modules."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_group_advantages_by_hand():

@@ -33,13 +33,7 @@ CONFIG = RLConfig(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest on one thread; restore the setting for other modules."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_short_run_raises_the_reward():

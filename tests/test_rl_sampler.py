@@ -39,13 +39,7 @@ from hypothesis import strategies as st  # noqa: E402
 EOS = TOKENIZER.eos_token_id
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest on one thread; restore the setting for other modules."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
