@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dynaresize.traces.io import JsonlTraceWriter
 from dynaresize.traces.schema import RunMeta, StepRecord
+from dynaresize.traces.staged_dir import write_file_atomically
 from pydantic import BaseModel, ConfigDict, Field
 
 TRACE_JSONL = "trace.jsonl"
@@ -76,12 +77,7 @@ def truncate_after(path: Path, *, keep: callable) -> None:  # type: ignore[valid
                 continue
             if keep(obj):
                 kept.append(line if line.endswith("\n") else line + "\n")
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.writelines(kept)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    write_file_atomically(path, lambda handle: handle.writelines(kept))
 
 
 class RunRecorder:
