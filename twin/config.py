@@ -254,14 +254,14 @@ class ScenarioConfig(_Strict):
         return self
 
 
-def format_validation_error(err: ValidationError, source: str) -> str:
-    """One line naming the file and, per problem, the dotted field path."""
+def format_validation_error(err: ValidationError, source: str | None = None) -> str:
+    """One line naming the file (where known) and, per problem, the dotted field path."""
     parts = []
     for e in err.errors():
         loc = ".".join(str(x) for x in e.get("loc", ()))
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
-    return f"{source}: " + "; ".join(parts)
+    return (f"{source}: " if source else "") + "; ".join(parts)
 
 
 def load_yaml_mapping(path: str | Path) -> dict[str, Any]:

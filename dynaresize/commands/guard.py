@@ -13,17 +13,8 @@ from collections.abc import Iterator
 import typer
 from pydantic import ValidationError
 
+
 INPUT_ERROR_EXIT_CODE = 2
-
-
-def format_validation_error(err: ValidationError, source: str | None = None) -> str:
-    """One line per problem, each naming the dotted field path and, if known, the file."""
-    where = f"{source}: " if source else ""
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ())) or "<root>"
-        parts.append(f"{where}{loc}: {e.get('msg', 'invalid')}")
-    return "; ".join(parts)
 
 
 def input_error_types() -> tuple[type[BaseException], ...]:
@@ -46,6 +37,9 @@ def user_errors(source: str | None = None) -> Iterator[None]:
         yield
     except input_error_types() as err:
         if isinstance(err, ValidationError):
+            # Imported on error only: the twin's config module is slow to import.
+            from dynaresize.twin.config import format_validation_error
+
             message = format_validation_error(err, source)
         elif isinstance(err, FileNotFoundError):
             message = f"file not found: {err.filename or err}"
