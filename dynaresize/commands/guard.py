@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import typer
 from pydantic import ValidationError
 
-
 INPUT_ERROR_EXIT_CODE = 2
 
 
