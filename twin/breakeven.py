@@ -396,7 +396,7 @@ def breakeven_for_trace(
     from .analysis_context import trace_model_inputs
     from .config import ConfigError
     from .costs.resize import plan_resize
-    from .step_costs import compute_step_costs, steady_step_s
+    from .step_costs import compute_step_costs, steady_step_s_without_warmup
 
     notes = list(context.assumptions) + list(trace.meta.notes)
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
@@ -410,9 +410,7 @@ def breakeven_for_trace(
         costs=costs,
         pipeline=scenario.pipeline,
     )
-    steady = steady_step_s(
-        step_costs.rollout_s, step_costs.train_s, step_costs.sync_s, scenario.pipeline.mode
-    )
+    steady = steady_step_s_without_warmup(step_costs, costs, scenario.pipeline.mode)
     measured = measured_resize_cost_s(trace.resizes, trace.steps)
     if measured is not None:
         cost_s, source = measured, "mean measured stall of the trace's resizes"

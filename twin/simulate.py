@@ -23,7 +23,7 @@ from .config import ScenarioConfig
 from .costs import CostModels
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
 from .pipeline import PipelineRecords, run_pipeline
-from .step_costs import StepCosts, compute_step_costs, steady_step_s, tokens_per_step
+from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_warmup, tokens_per_step
 from .summary import SimSummary, summarize_run
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
@@ -151,13 +151,7 @@ def build_context(
         host_bandwidth_gbps=cluster.host_bandwidth_gbps,
         interconnect_bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
     )
-    # The one-time warm-up is paid whatever the split: the predictions a policy compares
-    # splits by leave it out.
-    rollout_s, train_s = step_costs.rollout_s.copy(), step_costs.train_s.copy()
-    if len(rollout_s):
-        rollout_s[0] -= costs.rollout.first_step_warmup_s
-        train_s[0] -= costs.train.first_step_warmup_s
-    steady = steady_step_s(rollout_s, train_s, step_costs.sync_s, config.pipeline.mode)
+    steady = steady_step_s_without_warmup(step_costs, costs, config.pipeline.mode)
     predicted = _window_mean(steady, config.simulation.observation_window_steps)
     stats = _step_stats(workload, tokens)
     return SimContext(

@@ -33,6 +33,7 @@ __all__ = [
     "stage_time_components",
     "static_step_times",
     "steady_step_s",
+    "steady_step_s_without_warmup",
     "step_time_matrix",
     "tokens_per_step",
 ]
@@ -198,6 +199,19 @@ def steady_step_s(
     if mode is PipelineMode.ONE_STEP_OFF:
         return np.maximum(rollout_s, train_s) + sync_s
     return np.maximum(rollout_s, train_s + sync_s)
+
+
+def steady_step_s_without_warmup(
+    step_costs: StepCosts, costs: CostModels, mode: PipelineMode
+) -> np.ndarray:
+    """`steady_step_s` of every step on every candidate, leaving the run's one-time warm-up out:
+    it is paid whatever the split, so what splits are compared by (policy predictions,
+    break-even savings) must not contain it."""
+    rollout_s, train_s = step_costs.rollout_s.copy(), step_costs.train_s.copy()
+    if len(rollout_s):
+        rollout_s[0] -= costs.rollout.first_step_warmup_s
+        train_s[0] -= costs.train.first_step_warmup_s
+    return steady_step_s(rollout_s, train_s, step_costs.sync_s, mode)
 
 
 def step_time_matrix(
