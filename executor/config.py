@@ -176,17 +176,11 @@ class LiveConfig(BaseModel):
         default=600.0, gt=0, description="Longest a single worker call may take before failing."
     )
 
-    @field_validator("initial_allocation", mode="before")
-    @classmethod
-    def _parse_initial(cls, value: Any) -> Any:
-        return Allocation.parse(value) if isinstance(value, str) else value
-
     @field_validator("candidate_allocations", mode="before")
     @classmethod
-    def _parse_candidates(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()]
-        return [Allocation.parse(v) if isinstance(v, str) else v for v in value]
+    def _split_candidates(cls, value: Any) -> Any:
+        """The command line gives the candidates as one comma-separated string."""
+        return [v for v in value.split(",") if v.strip()] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _topologies_fit(self) -> LiveConfig:

@@ -22,11 +22,6 @@ class ScheduleEntry(BaseModel):
     step: int = Field(ge=0, description="Resize at the boundary after this step completes.")
     allocation: Allocation = Field(description="Target allocation as TRAIN:ROLLOUT, e.g. 4:4.")
 
-    @field_validator("allocation", mode="before")
-    @classmethod
-    def _parse_allocation(cls, value: Any) -> Any:
-        return Allocation.parse(value) if isinstance(value, str) else value
-
 
 def parse_compact_schedule(text: str) -> list[dict[str, str]]:
     """`"10@4:4;30@6:2"` -> entries. The compact form fits a one-line CLI policy spec."""

@@ -22,6 +22,15 @@ class Allocation(BaseModel):
     train_gpus: int = Field(ge=1, description="GPUs that run the Training role.")
     rollout_gpus: int = Field(ge=1, description="GPUs that run the Rollout role.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: object) -> object:
+        """Configs write allocations as text: every field of this type accepts `"6:2"`."""
+        if isinstance(value, str):
+            parsed = cls.parse(value)
+            return {"train_gpus": parsed.train_gpus, "rollout_gpus": parsed.rollout_gpus}
+        return value
+
     @property
     def total_gpus(self) -> int:
         return self.train_gpus + self.rollout_gpus

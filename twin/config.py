@@ -45,12 +45,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-def _parse_allocation(value: Any) -> Any:
-    if isinstance(value, str):
-        return Allocation.parse(value)
-    return value
-
-
 class ClusterConfig(_Strict):
     """The GPUs, how they are linked and the train:rollout splits the run may use."""
 
@@ -82,16 +76,6 @@ class ClusterConfig(_Strict):
         default=1, ge=1, description="GPUs per rollout engine replica (tensor parallel size)."
     )
     initial_allocation: Allocation = Field(description="Split the run starts on, e.g. '6:2'.")
-
-    @field_validator("candidate_topologies", mode="before")
-    @classmethod
-    def _parse_candidates(cls, value: Any) -> Any:
-        return [_parse_allocation(x) for x in value] if isinstance(value, list) else value
-
-    @field_validator("initial_allocation", mode="before")
-    @classmethod
-    def _parse_initial(cls, value: Any) -> Any:
-        return _parse_allocation(value)
 
     @property
     def total_gpus(self) -> int:
@@ -198,11 +182,6 @@ class SimulationConfig(_Strict):
         description="A named static split to report speedup against (e.g. the paper's 6:2), "
         "besides the best static split.",
     )
-
-    @field_validator("baseline_allocation", mode="before")
-    @classmethod
-    def _parse_baseline(cls, value: Any) -> Any:
-        return _parse_allocation(value)
 
 
 class ScenarioConfig(_Strict):
