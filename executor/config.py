@@ -15,6 +15,7 @@ from typing import Any
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import StrategyName
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .rl.task import RepeatTaskConfig
@@ -36,17 +37,6 @@ class PipelineMode(str, Enum):
     """Rollout of batch k, then training on it, then weight sync."""
     ONE_STEP_OFF = "one_step_off"
     """Rollout of batch k+1 (weights of version k) overlaps training on batch k."""
-
-
-class LiveStrategy(str, Enum):
-    """How a resize moves state. `host_sync` is built here; the others plug into the same slot."""
-
-    HOST_SYNC = "host_sync"
-    """Everything on the critical path, state through host memory, roles switched in-process."""
-    OVERLAPPED = "overlapped"
-    """Communicator reuse, bounded host staging, deferred optimizer reload (the next stage)."""
-    STOP_AND_REBUILD = "stop_and_rebuild"
-    """Kill and recreate the actors, rebuild groups, checkpoint through disk (the baseline)."""
 
 
 class StagingSettings(BaseModel):
@@ -144,8 +134,8 @@ class LiveConfig(BaseModel):
     pipeline: PipelineMode = Field(
         default=PipelineMode.ONE_STEP_OFF, description="sync or one_step_off."
     )
-    resize_strategy: LiveStrategy = Field(
-        default=LiveStrategy.HOST_SYNC, description="How a resize moves state."
+    resize_strategy: StrategyName = Field(
+        default=StrategyName.HOST_SYNC, description="How a resize moves state."
     )
     staging: StagingSettings = Field(
         default_factory=StagingSettings, description="Host staging settings for resizes."

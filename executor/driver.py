@@ -245,7 +245,7 @@ class LiveSession:
         self.estimator = CandidateEstimator(
             candidates=self.live.candidates,
             pipeline=self.live.pipeline,
-            strategy=self.strategy.record_name,
+            strategy=self.strategy.name,
             num_params=self.numel,
             weight_bytes_per_param=weight_bytes,
             costs_path=self.costs_path,
@@ -550,7 +550,7 @@ class LiveSession:
                 resize_id=resize_id,
                 step=step,
                 phase=p.phase,
-                strategy=self.strategy.record_name,
+                strategy=self.strategy.name,
                 from_allocation=before,
                 to_allocation=after,
                 start_s=p.start_s,

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 import ray
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
-from .config import LiveStrategy
 from .runtime import Runtime
 from .shards import ShardLayout, sources_of
 from .topology import Topology
@@ -74,9 +73,7 @@ class PhaseLog:
 class ResizeStrategy(ABC):
     """How a resize is carried out. One object per run; it may keep state between resizes."""
 
-    name: LiveStrategy
-    record_name: StrategyName
-    """The shared strategy name the records carry (the twin's resize model to compare with)."""
+    name: StrategyName
 
     def after_step(self, runtime: Runtime) -> None:  # noqa: B027 - optional hook
         """Called after every step's records: background preparation (nothing by default)."""
@@ -168,8 +165,7 @@ def restore_weights_from_host(
 
 
 class HostSyncStrategy(ResizeStrategy):
-    name = LiveStrategy.HOST_SYNC
-    record_name = StrategyName.HOST_SYNC
+    name = StrategyName.HOST_SYNC
 
     def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
         old = runtime.topology
@@ -201,9 +197,9 @@ class HostSyncStrategy(ResizeStrategy):
         return log.phases
 
 
-def build_strategy(name: LiveStrategy) -> ResizeStrategy:
+def build_strategy(name: StrategyName) -> ResizeStrategy:
     """The strategy object for a config's `resize_strategy`."""
-    if name is LiveStrategy.HOST_SYNC:
+    if name is StrategyName.HOST_SYNC:
         return HostSyncStrategy()
     if name not in _EXTRA_STRATEGIES:
         # Other strategies live in their own modules and register themselves on import.
@@ -218,12 +214,12 @@ def build_strategy(name: LiveStrategy) -> ResizeStrategy:
     return _EXTRA_STRATEGIES[name]()
 
 
-_EXTRA_STRATEGIES: dict[LiveStrategy, type[ResizeStrategy]] = {}
+_EXTRA_STRATEGIES: dict[StrategyName, type[ResizeStrategy]] = {}
 
 
 def register_strategy(cls: type[ResizeStrategy]) -> type[ResizeStrategy]:
     """Class decorator for strategies defined in other modules (overlapped, stop_and_rebuild)."""
-    if cls.name in _EXTRA_STRATEGIES or cls.name is LiveStrategy.HOST_SYNC:
+    if cls.name in _EXTRA_STRATEGIES or cls.name is StrategyName.HOST_SYNC:
         raise ValueError(f"resize strategy {cls.name.value} is registered twice")
     _EXTRA_STRATEGIES[cls.name] = cls
     return cls

@@ -20,7 +20,6 @@ import time
 from dynaresize.traces.phases import PhaseName, StrategyName
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import LiveStrategy
 from ..resize import (
     PhaseLog,
     PhaseTiming,
@@ -60,8 +59,7 @@ class Mechanisms(BaseModel):
 
 @register_strategy
 class OverlappedStrategy(ResizeStrategy):
-    name = LiveStrategy.OVERLAPPED
-    record_name = StrategyName.OVERLAPPED
+    name = StrategyName.OVERLAPPED
 
     def __init__(self, mechanisms: Mechanisms | None = None) -> None:
         self._mechanisms = mechanisms

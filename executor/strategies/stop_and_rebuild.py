@@ -20,7 +20,6 @@ import ray
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..cluster import PLACEMENT_GROUP_NAME, start_workers
-from ..config import LiveStrategy
 from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
 from ..runtime import Runtime
 from ..topology import Topology
@@ -37,8 +36,7 @@ def restart_live_workers(runtime: Runtime) -> list[Any]:
 
 @register_strategy
 class StopAndRebuildStrategy(ResizeStrategy):
-    name = LiveStrategy.STOP_AND_REBUILD
-    record_name = StrategyName.STOP_AND_REBUILD
+    name = StrategyName.STOP_AND_REBUILD
 
     def __init__(
         self,
