@@ -38,38 +38,21 @@ def calibrate(
     ),
 ) -> None:
     from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.fit import FitError, fit_costs, fitted_overrides
-    from dynaresize.twin.fit_resize import ResizeStageFitter, has_resize_records
+    from dynaresize.twin.calibrate import calibrate as fit_traces
+    from dynaresize.twin.fit import FitError, fitted_overrides
     from dynaresize.twin.trace_source import open_trace, trace_notes
 
     with user_errors():
         traces = [open_trace(path, lenient=lenient) for path in trace]
         context = context_from_config(config, traces)
-        resize_fitter = None
-        if has_resize_records(traces):
-            resize_fitter = ResizeStageFitter(
-                traces,
-                host_bandwidth_gbps=context.scenario.cluster.host_bandwidth_gbps,
-                interconnect_bandwidth_gbps=context.sync_bandwidth_gbps,
-                require_determined=require_resize_fit,
-            )
-        elif require_resize_fit:
-            _refuse("no resize records in the traces: resize phases cannot be fitted")
         try:
-            fit = fit_costs(
-                traces,
-                base=context.costs,
-                model=context.model,
-                rollout_tp_size=context.rollout_tp_size,
-                sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-                extra_fitters=[resize_fitter] if resize_fitter else [],
-            )
+            fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
         except FitError as err:
             _refuse(str(err))
         header = [f"fitted by dynaresize calibrate from {', '.join(str(p) for p in trace)}"]
         header += fit.report_lines() + [f"assumed: {a}" for a in context.assumptions]
-        if resize_fitter is not None and resize_fitter.result is not None:
-            header += resize_fitter.result.report_lines()
+        if resize_fit is not None:
+            header += resize_fit.report_lines()
         _write_yaml_atomically(out, fitted_overrides(fit), header)
     for path, t in zip(trace, traces, strict=True):
         for note in trace_notes(t):
@@ -78,8 +61,8 @@ def calibrate(
         print(f"assumed: {line}")
     for line in fit.report_lines():
         print(line)
-    if resize_fitter is not None and resize_fitter.result is not None:
-        for line in resize_fitter.result.report_lines():
+    if resize_fit is not None:
+        for line in resize_fit.report_lines():
             print(line)
     else:
         print("resize phases: no resize records in the traces; resize costs not calibrated")
