@@ -2,14 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
+from . import breakeven, calibrate, run, sweep, validate
 
-_NAMES = ["run", "calibrate", "breakeven", "sweep", "validate"]
-
-COMMAND_MODULES = []
-for _name in _NAMES:
-    try:
-        COMMAND_MODULES.append(importlib.import_module(f"dynaresize.commands.{_name}"))
-    except ModuleNotFoundError as err:  # a subcommand whose module is not written yet
-        if err.name != f"dynaresize.commands.{_name}":
-            raise
+COMMAND_MODULES = [run, calibrate, breakeven, sweep, validate]
