@@ -106,7 +106,14 @@ PLAN: tuple[tuple[str, str, int], ...] = (
 """(model, preset, steps) of each run, in order."""
 
 
-def gpu_config(preset: str, *, model: str, num_steps: int, device: str = "cuda") -> dict:
+def gpu_config(
+    preset: str,
+    *,
+    model: str,
+    num_steps: int,
+    device: str = "cuda",
+    rollout_engines: str = "resident",
+) -> dict:
     config = run_config(preset, GPU_PRESETS[preset])
     config["name"] = f"live_gpu_{model}_{preset}"
     config["simulation"]["num_steps"] = num_steps
@@ -115,12 +122,17 @@ def gpu_config(preset: str, *, model: str, num_steps: int, device: str = "cuda")
     if device == "cuda":
         live["num_gpus"] = 1
     live["num_steps"] = num_steps
+    live["rollout_engines"] = rollout_engines
     live["model"] = {"config": MODELS[model]} if model in MODELS else {"preset": model}
     return config
 
 
-def run_one(preset: str, *, out_root: Path, model: str, num_steps: int, device: str) -> dict:
-    config = gpu_config(preset, model=model, num_steps=num_steps, device=device)
+def run_one(
+    preset: str, *, out_root: Path, model: str, num_steps: int, device: str, rollout_engines: str
+) -> dict:
+    config = gpu_config(
+        preset, model=model, num_steps=num_steps, device=device, rollout_engines=rollout_engines
+    )
     destination = out_root / config["name"]
     with tempfile.TemporaryDirectory(prefix=f"{config['name']}_") as scratch:
         config_path = Path(scratch) / "config.yaml"
@@ -140,6 +152,7 @@ def run_one(preset: str, *, out_root: Path, model: str, num_steps: int, device: 
         "model": model,
         "preset": preset,
         "steps": num_steps,
+        "rollout_engines": rollout_engines,
         "wall_s": wall_s,
         "model_params_b": meta.get("model_params_b"),
     }
@@ -153,6 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--steps", type=int, default=None, help="Override every run's steps.")
     parser.add_argument("--device", default="cuda", help="cuda; cpu only to try the script.")
+    parser.add_argument(
+        "--rollout-engines",
+        choices=["resident", "on_demand"],
+        default="resident",
+        help="resident: engines built at setup and kept (a resize starts none); on_demand: "
+        "started when a worker becomes a replica (the earlier runs in "
+        "benchmarks/results/live_gpu_calibration/).",
+    )
     args = parser.parse_args(argv)
     plan = [p for p in PLAN if not args.only or f"{p[0]}:{p[1]}" in args.only]
     if not plan:
@@ -168,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
                 model=model,
                 num_steps=args.steps or steps,
                 device=args.device,
+                rollout_engines=args.rollout_engines,
             )
         )
         # Written after every run, so a run cut short keeps those before it.

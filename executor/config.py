@@ -39,6 +39,18 @@ class PipelineMode(str, Enum):
     """Rollout of batch k+1 (weights of version k) overlaps training on batch k."""
 
 
+class RolloutEngines(str, Enum):
+    """When a worker builds its rollout engine (KV cache and captured decode graphs)."""
+
+    ON_DEMAND = "on_demand"
+    """Built when the worker becomes a rollout replica, dropped when it becomes a trainer: no
+    memory held for rollout on trainers, but every move that adds replicas starts engines."""
+    RESIDENT = "resident"
+    """Built on every worker at setup and kept through role changes (the weights are the model's
+    own tensors, updated in place): a move that adds replicas starts none, at the price of one
+    engine's cache and graphs held on every trainer."""
+
+
 class StagingSettings(BaseModel):
     """Host staging of a resize's state. Read by strategies that stage in chunks."""
 
@@ -136,6 +148,11 @@ class LiveConfig(BaseModel):
     )
     resize_strategy: StrategyName = Field(
         default=StrategyName.HOST_SYNC, description="How a resize moves state."
+    )
+    rollout_engines: RolloutEngines = Field(
+        default=RolloutEngines.ON_DEMAND,
+        description="on_demand: engines start when a worker becomes a replica; resident: every "
+        "worker builds its engine at setup and keeps it, so a resize starts none.",
     )
     staging: StagingSettings = Field(
         default_factory=StagingSettings, description="Host staging settings for resizes."

@@ -39,7 +39,7 @@ from dynaresize.twin.config import ConfigError, ScenarioConfig
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
 from .cluster import Cluster, start
-from .config import DeviceKind, LiveConfig, PipelineMode
+from .config import DeviceKind, LiveConfig, PipelineMode, RolloutEngines
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .objective import group_advantages
@@ -229,6 +229,9 @@ class LiveSession:
         for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
             rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=version)
         lap("roles_taken")
+        if self.live.rollout_engines is RolloutEngines.RESIDENT:
+            rt.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
+            lap("resident_engines_built")
         rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
         if self.restored is None:
             rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")

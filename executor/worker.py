@@ -21,7 +21,7 @@ import torch.distributed as dist
 from dynaresize.traces.phases import Role
 
 from .batch import RolloutSample
-from .config import DeviceKind, LiveConfig
+from .config import DeviceKind, LiveConfig, RolloutEngines
 from .rollout import RolloutReport, RolloutRole
 from .shards import ShardLayout, ShardState, recut
 from .strategies.agent import FastResizeWorker
@@ -43,6 +43,8 @@ class LiveWorker(FastResizeWorker):
         self.role: Role | None = None
         self.trainer: TrainerRole | None = None
         self.rollout: RolloutRole | None = None
+        self._parked_rollout: RolloutRole | None = None
+        self.rollout_engines_built = 0
         self.topology: Topology | None = None
         self.train_group: dist.ProcessGroup | None = None
         self.sync_group: dist.ProcessGroup | None = None
@@ -73,6 +75,7 @@ class LiveWorker(FastResizeWorker):
                 torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else "cpu"
             ),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "rollout_engines_built": self.rollout_engines_built,
         }
 
     def rendezvous_port(self) -> int:
@@ -124,11 +127,16 @@ class LiveWorker(FastResizeWorker):
         start = time.perf_counter()
         if role is self.role:
             return 0.0
+        if self.rollout is not None and self._keeps_engines:
+            self._parked_rollout = self.rollout
         self.trainer = None
         self.rollout = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        if role is Role.TRAIN:
+        if role is Role.ROLLOUT and self._parked_rollout is not None:
+            self.rollout, self._parked_rollout = self._parked_rollout, None
+            self.rollout.weights_version = weights_version
+        elif role is Role.TRAIN:
             self.trainer = TrainerRole(
                 worker_id=self.worker_id,
                 model=self.model,
@@ -138,17 +146,34 @@ class LiveWorker(FastResizeWorker):
                 micro_batch_samples=self.config.micro_batch_samples,
             )
         else:
-            self.rollout = RolloutRole(
-                worker_id=self.worker_id,
-                model=self.model,
-                task=self.config.build_task(),
-                sampler=self.config.sampler_config(),
-                params=self.config.sampling_params(),
-                samples_per_prompt=self.config.samples_per_prompt,
-                weights_version=weights_version,
-            )
+            self.rollout = self._build_rollout_role(weights_version)
         self.role = role
         return time.perf_counter() - start
+
+    @property
+    def _keeps_engines(self) -> bool:
+        return self.config.rollout_engines is RolloutEngines.RESIDENT
+
+    def prebuild_rollout_engine(self) -> float:
+        """Resident engines: a trainer builds the engine it will use as a replica now, at setup,
+        so that no resize has to start one. Seconds taken (0 where one is held already)."""
+        if not self._keeps_engines or self.rollout is not None or self._parked_rollout is not None:
+            return 0.0
+        start = time.perf_counter()
+        self._parked_rollout = self._build_rollout_role(weights_version=0)
+        return time.perf_counter() - start
+
+    def _build_rollout_role(self, weights_version: int) -> RolloutRole:
+        self.rollout_engines_built += 1
+        return RolloutRole(
+            worker_id=self.worker_id,
+            model=self.model,
+            task=self.config.build_task(),
+            sampler=self.config.sampler_config(),
+            params=self.config.sampling_params(),
+            samples_per_prompt=self.config.samples_per_prompt,
+            weights_version=weights_version,
+        )
 
     def bind_trainer_rank(self) -> None:
         assert self.topology is not None and self.trainer is not None

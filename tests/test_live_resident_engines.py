@@ -1,0 +1,89 @@
+"""Resident rollout engines: every worker builds its engine once, at setup, and keeps it through
+role changes, so a resize that adds replicas starts none; the run's data and training are those
+of the same run with engines started on demand."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import torch
+from dynaresize.executor.cluster import start
+from dynaresize.executor.config import LiveConfig, RolloutEngines
+from dynaresize.executor.driver import LiveSession
+from dynaresize.executor.shards import full_vectors
+from dynaresize.traces.io import read_trace
+
+pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
+
+# One worker goes to Training and comes back twice: on demand it starts an engine each time.
+SCHEDULE = "1@3:1;2@2:2;3@3:1;4@2:2"
+
+
+def _run(out, engines: RolloutEngines):
+    config = LiveConfig.model_validate(
+        {
+            "model": {"preset": "tiny"},
+            "num_workers": 4,
+            "initial_allocation": "2:2",
+            "candidate_allocations": ["3:1", "2:2"],
+            "num_steps": 6,
+            "prompts_per_step": 4,
+            "samples_per_prompt": 4,
+            "max_response_tokens": 16,
+            "micro_batch_samples": 8,
+            "optimizer": {"lr": 1e-3},
+            "pipeline": "sync",
+            "resize_strategy": "overlapped",
+            "rollout_engines": engines.value,
+            "policy": {"kind": "scheduled", "schedule": SCHEDULE},
+            "checkpoint_every_steps": None,
+        }
+    )
+    cluster = start(config, address=None)
+    session = LiveSession(config, cluster, out, None, None)
+    try:
+        session.run()
+        rt = session.runtime
+        built = {
+            w: info["rollout_engines_built"]
+            for w, info in rt.run(rt.all_ids, "info", doing="test").items()
+        }
+        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="test export")
+        state = full_vectors(list(shards.values()))
+    finally:
+        session.close()
+        cluster.shutdown()
+    return built, state, read_trace(out / "trace")
+
+
+@pytest.fixture(scope="module")
+def both_runs(tmp_path_factory, _ray_started):
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
+    return {
+        engines: _run(tmp_path_factory.mktemp(engines.value), engines)
+        for engines in (RolloutEngines.ON_DEMAND, RolloutEngines.RESIDENT)
+    }
+
+
+def test_resident_engines_are_built_once_per_worker_and_on_demand_ones_again(both_runs) -> None:
+    on_demand, _, demand_trace = both_runs[RolloutEngines.ON_DEMAND]
+    resident, _, resident_trace = both_runs[RolloutEngines.RESIDENT]
+    assert sorted(resident.values()) == [1, 1, 1, 1]
+    assert max(on_demand.values()) >= 2  # the worker that came back started a second engine
+    for trace in (demand_trace, resident_trace):
+        assert sorted(trace.resizes.resize_id.unique()) == [0, 1, 2, 3]
+
+
+def test_resident_engines_generate_the_same_samples_and_train_to_the_same_state(both_runs):
+    _, demand_state, demand_trace = both_runs[RolloutEngines.ON_DEMAND]
+    _, resident_state, resident_trace = both_runs[RolloutEngines.RESIDENT]
+    columns = ["step", "sample_index", "response_tokens"]
+    pd.testing.assert_frame_equal(
+        demand_trace.samples[columns].sort_values(columns[:2]).reset_index(drop=True),
+        resident_trace.samples[columns].sort_values(columns[:2]).reset_index(drop=True),
+    )
+    for key in ("master", "exp_avg", "exp_avg_sq"):
+        torch.testing.assert_close(resident_state[key], demand_state[key], msg=key)
