@@ -186,6 +186,7 @@ class LiveSession:
             notes=[
                 f"device={self.live.device.value}",
                 f"strategy={self.live.resize_strategy.value}",
+                f"rollout_engines={self.live.rollout_engines.value}",
             ],
         )
 

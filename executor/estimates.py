@@ -51,12 +51,16 @@ class CandidateEstimator:
         self.pipeline = pipeline
         self.scenario = scenario if costs_path is not None else None
         self.costs = _load_costs(costs_path)
-        self.model_critical_s, self.model_background_s, self.model_source = _twin_resize_cost(
+        self.model_source = self.costs.cost_source
+        self._plans = _twin_resize_plans(
             strategy=strategy,
             num_params=num_params,
             weight_bytes_per_param=weight_bytes_per_param,
             costs=self.costs,
         )
+        costlier = self._plans.gains_rollout
+        # One figure for the cost feedback's fallback: a move that starts engines.
+        self.model_critical_s, self.model_background_s = costlier.critical_s, costlier.slowdown_s
 
     def predict(
         self,
@@ -70,12 +74,6 @@ class CandidateEstimator:
             stages = self._twin_stages(last_batch)
         else:
             stages = self._scaled_stages(current, recent)
-        if measured_resize_s:
-            critical_s, background_s = float(np.mean(measured_resize_s)), 0.0
-            source = CostSource.MEASURED
-        else:
-            critical_s, background_s = self.model_critical_s, self.model_background_s
-            source = self.model_source
         out = []
         for cand, (rollout_s, train_s, sync_s) in zip(self.candidates, stages, strict=True):
             if self.pipeline is PipelineMode.ONE_STEP_OFF:
@@ -83,6 +81,14 @@ class CandidateEstimator:
             else:
                 step_s = rollout_s + train_s + sync_s
             same = cand == current
+            if measured_resize_s:
+                critical_s, background_s = float(np.mean(measured_resize_s)), 0.0
+                source = CostSource.MEASURED
+            else:
+                plan = self._plans.between(current, cand) if not same else None
+                critical_s = plan.critical_s if plan else 0.0
+                background_s = plan.slowdown_s if plan else 0.0
+                source = self.model_source
             out.append(
                 CandidatePrediction(
                     allocation=cand,
@@ -134,16 +140,16 @@ def _load_costs(costs_path: Path | None):
     return load_costs(costs_path) if costs_path is not None else CostModels()
 
 
-def _twin_resize_cost(
+def _twin_resize_plans(
     *,
     strategy: StrategyName,
     num_params: int,
     weight_bytes_per_param: int,
     costs: CostModels,
-) -> tuple[float, float, CostSource]:
-    """Critical path and slowdown of one resize of this model by the twin's resize cost model."""
+):
+    """The twin's resize plans of this model: critical path and slowdown of every move."""
     from dynaresize.twin.costs.memory import ModelConfig
-    from dynaresize.twin.costs.resize import plan_resize
+    from dynaresize.twin.costs.resize import plan_resizes
 
     model = ModelConfig(
         num_params_b=num_params / 1e9,
@@ -151,11 +157,10 @@ def _twin_resize_cost(
         gradient_bytes_per_param=float(weight_bytes_per_param),
     )
     params = costs.resize
-    plan = plan_resize(
+    return plan_resizes(
         strategy=strategy,
         model=model,
         params=params,
         host_bandwidth_gbps=params.reference_host_bandwidth_gbps,
         interconnect_bandwidth_gbps=params.reference_interconnect_bandwidth_gbps,
     )
-    return plan.critical_s, plan.slowdown_s, costs.cost_source

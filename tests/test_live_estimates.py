@@ -9,7 +9,7 @@ from dynaresize.executor.batch import RolloutBatch, RolloutSample
 from dynaresize.executor.config import PipelineMode
 from dynaresize.executor.estimates import CandidateEstimator
 from dynaresize.policies.types import Allocation, CostSource, StageTimes
-from dynaresize.traces.phases import StrategyName
+from dynaresize.traces.phases import PhaseName, StrategyName
 
 from dynaresize.config import load_run_config
 
@@ -100,3 +100,18 @@ def test_with_costs_the_twin_cost_models_predict_from_the_last_batch(tmp_path) -
         assert cand.predicted_step_s == pytest.approx(want)
         assert cand.cost_source is CostSource.CALIBRATED
     assert train[0, 0] < train[0, 2]  # three trainers are faster than one
+
+
+def test_the_model_costs_each_move_by_its_direction() -> None:
+    """Without measured resizes each candidate gets the twin's plan of its own move: from 2:2,
+    the move that adds a rollout replica pays the engine start, the one towards training not."""
+    from dynaresize.twin.costs import CostModels
+
+    recent = (times(0, "2:2", 4.0, 2.0, 0.5),)
+    got = {
+        c.allocation.label: c
+        for c in estimator().predict(current=SPLITS[1], recent=recent, measured_resize_s=())
+    }
+    engine_start_s = CostModels().resize.overlapped[PhaseName.ROLLOUT_REINIT].base_s
+    gap = got["1:3"].predicted_resize_critical_s - got["3:1"].predicted_resize_critical_s
+    assert gap == pytest.approx(engine_start_s)

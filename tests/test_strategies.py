@@ -195,3 +195,24 @@ def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> N
     after = _current_vectors(runtime)
     for key, value in before.items():
         assert torch.equal(after[key], value), key
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    numel=st.integers(min_value=1_000, max_value=100_000),
+    num_workers=st.integers(min_value=2, max_value=9),
+    data=st.data(),
+)
+def test_the_twin_recut_share_is_what_the_executor_moves(numel, num_workers, data) -> None:
+    """The twin's changed-owner share of a re-cut is the share of elements the executor's
+    re-cut plan sends between workers (up to slice rounding)."""
+    from dynaresize.twin.costs.resize import changed_owner_fraction
+
+    old_t = data.draw(st.integers(1, num_workers - 1))
+    new_t = data.draw(st.integers(1, num_workers - 1))
+    old = Topology.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
+    new = Topology.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
+    crossing = sum(m.numel for m in reshard_moves(old, new, numel=numel) if not m.local)
+    assert crossing / numel == pytest.approx(
+        changed_owner_fraction(old_t, new_t), abs=2 * num_workers / numel
+    )

@@ -7,17 +7,21 @@ import math
 import numpy as np
 import pytest
 import yaml
-from dynaresize.policies.types import CostSource
+from dynaresize.policies.types import Allocation, CostSource
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.twin.config import ConfigError
 from dynaresize.twin.costs import CostModels, load_costs
 from dynaresize.twin.costs.memory import ModelConfig
 from dynaresize.twin.costs.resize import (
     Link,
+    MoveDirection,
+    MovedShare,
     PhaseCostParams,
     ResizeCostParams,
     StateMoved,
+    changed_owner_fraction,
     plan_resize,
+    plan_resizes,
 )
 from dynaresize.twin.costs.sync import SyncCostParams, weight_sync_s
 from dynaresize.twin.costs.train import TrainCostParams, train_stage_s
@@ -251,3 +255,56 @@ def test_policy_predictions_leave_the_one_time_warmup_out():
         + (warm.step_costs.step_s[0] - plain.step_costs.step_s[0])
     )
     assert np.all(warm.step_costs.step_s[0] > plain.step_costs.step_s[0])
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "share"),
+    [(2, 1, 1 / 2), (1, 2, 1 / 2), (2, 3, 1 / 2), (1, 3, 2 / 3), (3, 1, 2 / 3), (4, 4, 0.0)],
+)
+def test_changed_owner_fraction_closed_forms(before, after, share) -> None:
+    assert changed_owner_fraction(before, after) == pytest.approx(share)
+
+
+def test_a_recut_phase_moves_its_share_and_a_one_direction_phase_only_its_moves() -> None:
+    """A re-cut moves only the changed-owner share of the master weights; a phase restricted to
+    moves gaining training costs nothing on a move towards rollout; plans differ by move."""
+    base = ResizeCostParams()
+    table = dict(base.overlapped)
+    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
+        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    )
+    table[PhaseName.WORKER_REINIT] = table[PhaseName.WORKER_REINIT].model_copy(
+        update={"on_moves": MoveDirection.GAINING_TRAINING}
+    )
+    params = base.model_copy(update={"overlapped": table})
+    plans = plan_resizes(
+        strategy=StrategyName.OVERLAPPED,
+        model=PAPER_MODEL,
+        params=params,
+        host_bandwidth_gbps=25.0,
+        interconnect_bandwidth_gbps=400.0,
+    )
+    alloc = Allocation.parse
+
+    def phase(plan_, name):
+        return next(p for p in plan_.phases if p.name is name)
+
+    to_training = plans.between(alloc("4:4"), alloc("6:2"))
+    to_rollout = plans.between(alloc("6:2"), alloc("4:4"))
+    master_gb = 8.2 * 4
+    restore = phase(to_training, PhaseName.WEIGHT_RESTORE)
+    assert restore.bytes_moved == pytest.approx(0.75 * master_gb * 1e9, rel=1e-9)
+    spec = table[PhaseName.WEIGHT_RESTORE]
+    assert restore.duration_s == pytest.approx(spec.base_s + spec.s_per_gb * 0.75 * master_gb)
+    assert phase(to_training, PhaseName.WORKER_REINIT).duration_s == pytest.approx(32.6)
+    assert phase(to_rollout, PhaseName.WORKER_REINIT).duration_s == 0.0
+    assert phase(to_training, PhaseName.ROLLOUT_REINIT).duration_s == 0.0
+    assert phase(to_rollout, PhaseName.ROLLOUT_REINIT).duration_s == pytest.approx(25.9)
+    # a one-notch move re-cuts less than a large one
+    small = phase(plans.between(alloc("4:4"), alloc("5:3")), PhaseName.WEIGHT_RESTORE)
+    large = phase(plans.between(alloc("1:7"), alloc("7:1")), PhaseName.WEIGHT_RESTORE)
+    assert small.bytes_moved < large.bytes_moved
+    # without trainer counts a re-cut phase moves the whole state (one plan per direction)
+    assert phase(plans.gains_rollout, PhaseName.WEIGHT_RESTORE).bytes_moved == pytest.approx(
+        master_gb * 1e9
+    )

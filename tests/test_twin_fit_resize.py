@@ -4,13 +4,14 @@ refuses what the records cannot determine."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.analysis_context import load_scenario
 from dynaresize.twin.costs.memory import ModelConfig
-from dynaresize.twin.costs.resize import ResizeCostParams, StateMoved
+from dynaresize.twin.costs.resize import MoveDirection, MovedShare, ResizeCostParams, StateMoved
 from dynaresize.twin.fit import FitError
 from dynaresize.twin.fit_resize import ParamStatus, fit_resize_phases
 from dynaresize.twin.simulate import simulate
@@ -287,3 +288,53 @@ def test_calibrate_command_writes_fitted_resize_phases(tmp_path, three_sizes):
     result = runner.invoke(app, [*args, "--require-resize-fit"])
     assert result.exit_code == 2
     assert "cannot determine" in result.output and not refused.exists()
+
+
+def test_recorded_bytes_and_directions_shape_the_phases_they_came_from():
+    """Records whose bytes are the changed-owner share of the master weights, and a set-up phase
+    that ran only on moves towards training, are fitted as such from a configuration that says
+    otherwise (whole weights, every move): the fitted plans then predict every move exactly."""
+    truth = true_params()
+    table = dict(truth.overlapped)
+    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
+        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    )
+    table[PhaseName.WORKER_REINIT] = table[PhaseName.WORKER_REINIT].model_copy(
+        update={"on_moves": MoveDirection.GAINING_TRAINING}
+    )
+    truth = truth.model_copy(update={"overlapped": table})
+    rng = np.random.default_rng(11)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth) for s in (2.0, 8.2)]
+    result = fit(traces)
+    fitted = result.params.overlapped
+    restore = fitted[PhaseName.WEIGHT_RESTORE]
+    assert (restore.moves, restore.share) == (StateMoved.MASTER_WEIGHTS, MovedShare.CHANGED_OWNER)
+    assert restore.s_per_gb == pytest.approx(table[PhaseName.WEIGHT_RESTORE].s_per_gb, rel=1e-6)
+    reinit = fitted[PhaseName.WORKER_REINIT]
+    assert reinit.on_moves is MoveDirection.GAINING_TRAINING
+    assert reinit.base_s == pytest.approx(table[PhaseName.WORKER_REINIT].base_s, rel=1e-6)
+    np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
+    assert any("adopted" in n for n in result.notes)
+    assert any("gaining_training moves only" in n for n in result.notes)
+
+
+def test_a_background_phase_holding_the_pipeline_a_moment_counts_as_coordination():
+    """A deferred phase that the model places in the background but whose set-up held the
+    pipeline for 0.2 s (recorded as a critical part of it) leaves that time in coordination_s,
+    where the twin charges it, instead of shortening the stall outside the phases."""
+    truth = true_params().model_copy(update={"coordination_s": 0.7})
+    rng = np.random.default_rng(12)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth) for s in (2.0, 8.2)]
+    for t in traces:
+        held = []
+        for _, resize in t.resizes.groupby("resize_id"):
+            end_s = resize.loc[resize["critical"].astype(bool), "end_s"].max()
+            row = resize[resize["phase"] == PhaseName.OPTIMIZER_RESTORE.value].iloc[0].copy()
+            row["critical"], row["bytes_moved"] = True, 0
+            row["start_s"], row["end_s"] = end_s, end_s + 0.2
+            held.append(row)
+        t.resizes = pd.concat([t.resizes, pd.DataFrame(held)], ignore_index=True)
+    result = fit(traces)
+    assert result.params.overlapped[PhaseName.OPTIMIZER_RESTORE].critical is False
+    assert result.params.coordination_s == pytest.approx(0.7, rel=1e-6)
+    np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)

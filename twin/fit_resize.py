@@ -34,9 +34,12 @@ from .costs import CostModels
 from .costs.memory import ModelConfig
 from .costs.resize import (
     Link,
+    MoveDirection,
+    MovedShare,
     PhaseCostParams,
     ResizeCostParams,
     StateMoved,
+    changed_owner_fraction,
     gb_moved,
     plan_resize,
     topological_order,
@@ -46,6 +49,11 @@ from .resize_measure import critical_phase_spans, measured_critical_paths
 
 MIN_RECORDS_FOR_RATE = 3
 """Records a phase needs (over at least two sizes) before its per-GB rate is fitted."""
+BYTES_MATCH_RTOL = 0.01
+"""Recorded bytes within this of a state kind's bytes on every record identify the kind."""
+ONE_DIRECTION_RATIO = 0.1
+"""A phase whose median time on moves of one direction is below this share of its median on
+the other runs on the other direction only."""
 
 
 class ParamStatus(str, Enum):
@@ -237,6 +245,8 @@ def fit_resize_phases(
             )
             continue
         prior = _measured_placement(records, strategy, phase, prior, updated[strategy], notes)
+        prior = _recorded_accounting(group, prior, model, notes, f"{strategy.value}.{phase.value}")
+        group, prior = _measured_direction(group, prior, notes, f"{strategy.value}.{phase.value}")
         gb, how = _gigabytes(group, prior, model)
         if how:
             notes.append(f"{strategy.value}.{phase.value}: {how}")
@@ -249,21 +259,22 @@ def fit_resize_phases(
             update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
         )
     _zero_phases_never_run(records, updated, notes)
-    stalls = resize_stalls(traces)
+    placed = base.model_copy(
+        update={
+            "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
+            "overlapped": updated[StrategyName.OVERLAPPED],
+        }
+    )
+    stalls = resize_stalls(traces, placed)
     coordination_s = base.coordination_s
     if len(stalls):
         coordination_s = max(0.0, float(np.median(stalls["outside_phases_s"])))
         notes.append(
-            f"coordination (stall outside the phases, as the steps show it): {coordination_s:.3g} "
-            f"s per resize, the median of {len(stalls)} resizes"
+            f"coordination (stall outside the phases the model places on the critical path, as "
+            f"the steps show it): {coordination_s:.3g} s per resize, the median of "
+            f"{len(stalls)} resizes"
         )
-    params = base.model_copy(
-        update={
-            "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
-            "overlapped": updated[StrategyName.OVERLAPPED],
-            "coordination_s": coordination_s,
-        }
-    )
+    params = placed.model_copy(update={"coordination_s": coordination_s})
     check = _critical_path_check(records, stalls, params, links, model)
     result = ResizeFit(params, fits, check, notes)
     if require_determined and result.undetermined():
@@ -273,6 +284,87 @@ def fit_resize_phases(
             + " (resizes of at least two model sizes are needed for a per-GB rate)"
         )
     return result
+
+
+def _trainer_counts(records: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Trainer counts before and after each record's resize (train:rollout labels)."""
+
+    def trainers(labels: pd.Series) -> np.ndarray:
+        return labels.str.split(":").str[0].astype(int).to_numpy()
+
+    return trainers(records["from_allocation"]), trainers(records["to_allocation"])
+
+
+def _recorded_accounting(
+    group: pd.DataFrame,
+    prior: PhaseCostParams,
+    default_model: ModelConfig,
+    notes: list[str],
+    name: str,
+) -> PhaseCostParams:
+    """The state kind and share that the records' bytes are, where they identify one.
+
+    The fit takes seconds per recorded GB; the twin predicts a move's GB from the model and the
+    phase's `moves` and `share`. Where the bytes every record moved (those that moved any) are,
+    within 1%, one kind of state of the trace's model, whole or its re-cut share for the record's
+    trainer counts, the phase is set to that kind and share, so that the twin predicts the bytes
+    the executor moves on every move. The configured kind and share win a tie.
+    """
+    moved = group[group["bytes_moved"] > 0]
+    if moved.empty:
+        return prior
+    recorded = moved["bytes_moved"].to_numpy(np.float64) / 1e9
+    before, after = _trainer_counts(moved)
+    shares = {
+        MovedShare.WHOLE: np.ones(len(moved)),
+        MovedShare.CHANGED_OWNER: np.array(
+            [changed_owner_fraction(int(b), int(a)) for b, a in zip(before, after, strict=True)]
+        ),
+    }
+    models = [_of_size(default_model, s) for s in moved["model_params_b"].to_numpy(float)]
+    kinds = [prior.moves, *(k for k in StateMoved if k not in (prior.moves, StateMoved.NONE))]
+    for share in (prior.share, *(s for s in MovedShare if s is not prior.share)):
+        for kind in kinds:
+            if kind is StateMoved.NONE:
+                continue
+            expected = np.array([gb_moved(kind, m) for m in models]) * shares[share]
+            if np.all(np.abs(expected - recorded) <= BYTES_MATCH_RTOL * recorded):
+                if (kind, share) != (prior.moves, prior.share):
+                    notes.append(
+                        f"{name}: every record moved the {share.value} share of the "
+                        f"{kind.value} (configured: {prior.share.value} {prior.moves.value}): "
+                        "adopted, so predictions move what the executor moves"
+                    )
+                return prior.model_copy(update={"moves": kind, "share": share})
+    return prior
+
+
+def _measured_direction(
+    group: pd.DataFrame, prior: PhaseCostParams, notes: list[str], name: str
+) -> tuple[pd.DataFrame, PhaseCostParams]:
+    """Restrict a phase to the moves of one direction where the records show it costs next to
+    nothing on the other (for example arriving trainers' set-up on moves towards rollout); the
+    records of that direction then leave the fit."""
+    gains = _gains_rollout(group).to_numpy()
+    if gains.all() or not gains.any():
+        return group, prior
+    durations = group["duration_s"].to_numpy(float)
+    towards_rollout, towards_training = np.median(durations[gains]), np.median(durations[~gains])
+    larger = max(towards_rollout, towards_training)
+    if larger <= 0 or min(towards_rollout, towards_training) >= ONE_DIRECTION_RATIO * larger:
+        return group, prior
+    direction = (
+        MoveDirection.GAINING_ROLLOUT
+        if towards_rollout > towards_training
+        else MoveDirection.GAINING_TRAINING
+    )
+    keep = gains if direction is MoveDirection.GAINING_ROLLOUT else ~gains
+    notes.append(
+        f"{name}: median {towards_rollout:.3g} s on moves gaining rollout, "
+        f"{towards_training:.3g} s on moves gaining training: runs on {direction.value} moves "
+        f"only, fitted on their {int(keep.sum())} records"
+    )
+    return group[keep], prior.model_copy(update={"on_moves": direction})
 
 
 def _placement(critical: bool) -> str:
@@ -369,14 +461,23 @@ def _recorded_predecessor(
     return max(votes, key=votes.__getitem__) if votes else None
 
 
-def resize_stalls(traces: Sequence[Trace]) -> pd.DataFrame:
+def resize_stalls(traces: Sequence[Trace], placed: ResizeCostParams | None = None) -> pd.DataFrame:
     """Per measured resize: the stall the steps show, the span of its recorded critical phases,
-    and the difference (time outside every phase)."""
+    and the difference (time outside every phase).
+
+    With `placed`, only records of phases that its DAG puts on the critical path count: a phase
+    the model places in the background may still hold the pipeline for a moment (a deferred move
+    being set up), and that moment then counts as stall outside the modelled phases, where the
+    twin charges it, instead of being lost.
+    """
     rows = []
     for i, trace in enumerate(traces):
         if len(trace.resizes) == 0 or len(trace.steps) == 0:
             continue
-        spans = critical_phase_spans(trace.resizes)
+        resizes = trace.resizes
+        if placed is not None:
+            resizes = resizes[[_placed_critical(placed, r) for r in resizes.itertuples()]]
+        spans = critical_phase_spans(resizes)
         for gap in measured_critical_paths(trace.steps).itertuples(index=False):
             if gap.resize_id in spans:
                 rows.append(
@@ -392,6 +493,11 @@ def resize_stalls(traces: Sequence[Trace]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
+def _placed_critical(params: ResizeCostParams, record) -> bool:
+    spec = params.phases(StrategyName(record.strategy)).get(PhaseName(record.phase))
+    return spec is None or spec.critical
+
+
 def _gigabytes(
     group: pd.DataFrame, prior: PhaseCostParams, default_model: ModelConfig
 ) -> tuple[np.ndarray, str]:
@@ -400,8 +506,12 @@ def _gigabytes(
         return recorded, ""
     sizes = group["model_params_b"].to_numpy(float)
     gb = np.array([gb_moved(prior.moves, _of_size(default_model, s)) for s in sizes])
+    if prior.share is MovedShare.CHANGED_OWNER:
+        before, after = _trainer_counts(group)
+        gb *= [changed_owner_fraction(int(b), int(a)) for b, a in zip(before, after, strict=True)]
     return gb, (
-        f"no bytes recorded: the {prior.moves.value} of each trace's model is assumed moved"
+        f"no bytes recorded: the {prior.share.value} share of the {prior.moves.value} of each "
+        "trace's model is assumed moved"
     )
 
 
@@ -517,6 +627,7 @@ def _critical_path_check(
             continue
         strategy = StrategyName(resize["strategy"].iloc[0])
         size = float(resize["model_params_b"].iloc[0])
+        before, after = _trainer_counts(resize.iloc[:1])
         plan = plan_resize(
             strategy=strategy,
             model=_of_size(model, size),
@@ -524,6 +635,8 @@ def _critical_path_check(
             host_bandwidth_gbps=links.host_bandwidth_gbps,
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
             starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1]).iloc[0]),
+            trainers_before=int(before[0]),
+            trainers_after=int(after[0]),
         )
         measured.append(stall_of.get((int(trace_index), int(resize_id)), span_s))
         predicted.append(plan.critical_s)

@@ -25,7 +25,7 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .memory import ModelConfig
+from .memory import GB, ModelConfig
 
 
 class StateMoved(str, Enum):
@@ -35,6 +35,31 @@ class StateMoved(str, Enum):
     WEIGHTS = "weights"
     OPTIMIZER_STATE = "optimizer_state"
     TRAIN_STATE = "train_state"
+    MASTER_WEIGHTS = "master_weights"
+    """The fp32 master copy alone (what a ZeRO-1 re-cut of the weights moves)."""
+    OPTIMIZER_MOMENTS = "optimizer_moments"
+    """The optimizer moments alone (what a re-cut of the optimizer state moves after it)."""
+
+
+class MovedShare(str, Enum):
+    """How much of the state a phase moves on a given move."""
+
+    WHOLE = "whole"
+    """All of it, whatever the move (a checkpoint, a broadcast)."""
+    CHANGED_OWNER = "changed_owner"
+    """Only the part of the trainers' slices whose owner changes when equal contiguous slices
+    are re-cut from the old trainer count to the new one (the trainers that stay keep their rank
+    order); see `changed_owner_fraction`."""
+
+
+class MoveDirection(str, Enum):
+    """The moves a phase runs on."""
+
+    ANY = "any"
+    GAINING_ROLLOUT = "gaining_rollout"
+    """Only moves that give the rollout side GPUs (for example starting engines)."""
+    GAINING_TRAINING = "gaining_training"
+    """Only moves that give the training side GPUs (for example arriving trainers' set-up)."""
 
 
 class Link(str, Enum):
@@ -62,6 +87,17 @@ class PhaseCostParams(BaseModel):
     )
     depends_on: list[PhaseName] = Field(
         default_factory=list, description="Phases that must end before this one starts."
+    )
+    share: MovedShare = Field(
+        default=MovedShare.WHOLE,
+        description="whole: the phase moves all of `moves` on every move; changed_owner: only "
+        "the part of the trainers' slices that changes owner from the old to the new trainer "
+        "count (a re-cut).",
+    )
+    on_moves: MoveDirection = Field(
+        default=MoveDirection.ANY,
+        description="The moves the phase runs on (any, gaining_rollout, gaining_training); on "
+        "the others it takes no time. Rollout re-init runs only on moves gaining rollout.",
     )
 
 
@@ -260,33 +296,70 @@ def gb_moved(state: StateMoved, model: ModelConfig) -> float:
         StateMoved.WEIGHTS: model.weights_gb,
         StateMoved.OPTIMIZER_STATE: model.optimizer_state_gb,
         StateMoved.TRAIN_STATE: model.train_state_gb,
+        StateMoved.MASTER_WEIGHTS: model.num_params * model.master_bytes_per_param / GB,
+        StateMoved.OPTIMIZER_MOMENTS: model.num_params * model.optimizer_bytes_per_param / GB,
     }[state]
 
 
-@dataclass(frozen=True)
-class ResizePlans:
-    """A strategy's plan for each kind of move. New rollout engines start only where the rollout
-    side gains GPUs; a move towards training re-cuts the trainers' state and starts none."""
+def changed_owner_fraction(trainers_before: int, trainers_after: int) -> float:
+    """Share of a state cut into equal contiguous slices, one per trainer, that changes owner
+    when it is re-cut from `trainers_before` to `trainers_after` slices, the trainers that stay
+    keeping their rank order: 1 minus the overlap of each remaining rank's old and new slice.
+    2 -> 1 and 2 -> 3 move half the state, 1 -> 3 and 3 -> 1 two thirds."""
+    if trainers_before < 1 or trainers_after < 1:
+        raise ValueError(f"trainer counts must be >= 1, got {trainers_before}, {trainers_after}")
+    kept = 0.0
+    for rank in range(min(trainers_before, trainers_after)):
+        lo = max(rank / trainers_before, rank / trainers_after)
+        hi = min((rank + 1) / trainers_before, (rank + 1) / trainers_after)
+        kept += max(0.0, hi - lo)
+    return max(0.0, 1.0 - kept)
 
-    gains_rollout: ResizePlan
-    no_new_rollout: ResizePlan
+
+class ResizePlans:
+    """A strategy's plan of every move, made on first use. What a move costs depends on its
+    direction (new rollout engines start only where the rollout side gains GPUs; a phase may run
+    only on moves of one direction) and, for phases that re-cut the trainers' state, on the
+    trainer counts before and after."""
+
+    def __init__(self, **plan_kwargs) -> None:
+        self._kwargs = plan_kwargs
+        self._plans: dict[tuple, ResizePlan] = {}
+
+    def _plan(self, gains_rollout: bool, trainers: tuple[int, int] | None) -> ResizePlan:
+        key = (gains_rollout, trainers)
+        if key not in self._plans:
+            before, after = trainers if trainers else (None, None)
+            self._plans[key] = plan_resize(
+                **self._kwargs,
+                starts_rollout_engines=gains_rollout,
+                trainers_before=before,
+                trainers_after=after,
+            )
+        return self._plans[key]
+
+    @property
+    def gains_rollout(self) -> ResizePlan:
+        """A move that starts rollout engines, moving whole state (the costlier kind)."""
+        return self._plan(True, None)
+
+    @property
+    def no_new_rollout(self) -> ResizePlan:
+        return self._plan(False, None)
 
     @property
     def strategy(self) -> StrategyName:
         return self.gains_rollout.strategy
 
     def between(self, before: Allocation, after: Allocation) -> ResizePlan:
-        if after.rollout_gpus > before.rollout_gpus:
-            return self.gains_rollout
-        return self.no_new_rollout
+        return self._plan(
+            after.rollout_gpus > before.rollout_gpus, (before.train_gpus, after.train_gpus)
+        )
 
 
 def plan_resizes(**kwargs) -> ResizePlans:
-    """Both plans of a strategy; takes `plan_resize`'s keyword arguments."""
-    return ResizePlans(
-        gains_rollout=plan_resize(**kwargs, starts_rollout_engines=True),
-        no_new_rollout=plan_resize(**kwargs, starts_rollout_engines=False),
-    )
+    """The plans of a strategy; takes `plan_resize`'s keyword arguments but the move's own."""
+    return ResizePlans(**kwargs)
 
 
 def plan_resize(
@@ -297,11 +370,16 @@ def plan_resize(
     host_bandwidth_gbps: float,
     interconnect_bandwidth_gbps: float,
     starts_rollout_engines: bool = True,
+    trainers_before: int | None = None,
+    trainers_after: int | None = None,
 ) -> ResizePlan:
     """Lay the strategy's DAG out in time: each phase starts when its last dependency ends.
 
-    With `starts_rollout_engines` False (the rollout side gains no GPUs) the rollout re-init
-    phase takes no time.
+    `starts_rollout_engines` says the move gives the rollout side GPUs; False (it gains none)
+    makes the rollout re-init phase, and every phase that runs only on moves gaining rollout,
+    take no time, and True those that run only on moves gaining training. The trainer counts
+    before and after size the phases that move only the re-cut share of the state; without them
+    such a phase moves all of it.
     """
     phases = params.phases(strategy)
     bandwidth_scale = {
@@ -318,9 +396,11 @@ def plan_resize(
         spec = phases[name]
         start_s = max((end[d] for d in spec.depends_on), default=0.0)
         gb = gb_moved(spec.moves, model)
+        if spec.share is MovedShare.CHANGED_OWNER and trainers_before and trainers_after:
+            gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
-        if name is PhaseName.ROLLOUT_REINIT and not starts_rollout_engines:
-            duration_s = 0.0
+        if not runs_on_move(name, spec, gains_rollout=starts_rollout_engines):
+            duration_s, gb = 0.0, 0.0
         end[name] = start_s + duration_s
         planned.append(PlannedPhase(name, start_s, duration_s, spec.critical, int(gb * 1e9)))
     critical_s = max((p.end_s for p in planned if p.critical), default=0.0)
@@ -329,3 +409,14 @@ def plan_resize(
     background_tail_s = max(overhang, default=0.0)
     slowdown_s = params.background_contention * sum(overhang)
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
+
+
+def runs_on_move(name: PhaseName, spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
+    """Whether the phase runs on a move of this direction (see `PhaseCostParams.on_moves`)."""
+    if name is PhaseName.ROLLOUT_REINIT and not gains_rollout:
+        return False
+    if spec.on_moves is MoveDirection.GAINING_ROLLOUT:
+        return gains_rollout
+    if spec.on_moves is MoveDirection.GAINING_TRAINING:
+        return not gains_rollout
+    return True
