@@ -549,8 +549,11 @@ def _fit_train_several_allocations(
       better fit is kept: shards that shrink with more trainers, or gradients exchanged at a
       cost that grows to a plateau.
     - A per-token cost is only worth its parameter if it predicts runs it was not fitted on.
-      With two or more runs, the per-token term is kept or dropped by leave-one-run-out error
-      (a small model on a large GPU trains in time that does not follow the tokens at all).
+      With two or more runs, each run is predicted by a fit to the others, with and without the
+      term, and the usual one-standard-error rule of cross-validation decides: the term is
+      dropped unless its mean held-out error is lower than the simpler form's by more than one
+      standard error of its own (a small model on a large GPU trains in time that barely follows
+      the tokens, and a term fitted to run-to-run noise then mispredicts the next run).
     """
     variants = [
         (True, "optimizer"),
@@ -572,11 +575,14 @@ def _fit_train_several_allocations(
             for flag in (True, False)
         }
         if errors[True] is not None and errors[False] is not None:
-            with_tokens = errors[True] <= errors[False]
+            with_mean, with_se = _mean_and_standard_error(errors[True])
+            without_mean, _ = _mean_and_standard_error(errors[False])
+            with_tokens = with_mean + with_se < without_mean
             notes.append(
                 f"per-token cost {'kept' if with_tokens else 'dropped'}: leave-one-run-out "
-                f"median error {errors[True]:.1%} with it, {errors[False]:.1%} without "
-                f"({len(distinct_runs)} runs)"
+                f"error {with_mean:.1%} ± {with_se:.1%} with it, {without_mean:.1%} without "
+                f"(mean of {len(errors[True])} held-out runs' median errors ± one standard error; "
+                "the term is kept only where it wins by more than one standard error)"
             )
     form = best_form[with_tokens]
     shape = "ring all-reduce, 2(n-1)/n" if form == "allreduce" else "optimizer shard, 1/n"
@@ -588,6 +594,14 @@ def _fit_train_several_allocations(
     return fitted, notes
 
 
+def _mean_and_standard_error(values: list[float]) -> tuple[float, float]:
+    """Mean and its standard error (0 for a single value)."""
+    array = np.asarray(values, dtype=float)
+    if len(array) < 2:
+        return float(array.mean()), 0.0
+    return float(array.mean()), float(array.std(ddof=1) / np.sqrt(len(array)))
+
+
 def _leave_one_run_out_ape(
     tokens: np.ndarray,
     gpus: np.ndarray,
@@ -596,9 +610,9 @@ def _leave_one_run_out_ape(
     model: ModelConfig,
     runs: np.ndarray,
     with_tokens: bool,
-) -> float | None:
-    """Median absolute percentage error on each run of a fit to the others (None if no run can
-    be held out: the rest must still show two allocations)."""
+) -> list[float] | None:
+    """Median absolute percentage error on each run of a fit to the others, one per run that can
+    be held out (None if none can: the rest must still show two allocations)."""
     errors = []
     for run in np.unique(runs):
         rest = runs != run
@@ -615,8 +629,8 @@ def _leave_one_run_out_ape(
         )[0]
         held = ~rest
         predicted = train_predictions(tokens[held], gpus[held], model, fitted)
-        errors.append(np.abs(predicted / measured[held] - 1.0))
-    return float(np.median(np.concatenate(errors))) if errors else None
+        errors.append(float(np.median(np.abs(predicted / measured[held] - 1.0))))
+    return errors or None
 
 
 def _fit_train_form(
