@@ -218,6 +218,7 @@ def bench_model(model: str, args, on_variant) -> dict:
         initial_allocation=START,
         candidate_allocations="2:1,1:2",
         staging=StagingSettings(chunk_mib=args.chunk_mib, num_buffers=args.num_buffers),
+        rollout_engines=args.rollout_engines,
         checkpoint_every_steps=None,
         worker_timeout_s=900,
     )
@@ -368,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-mib", type=int, default=256)
     parser.add_argument("--num-buffers", type=int, default=2)
     parser.add_argument("--torch-threads", type=int, default=4)
+    parser.add_argument(
+        "--rollout-engines",
+        choices=["on_demand", "resident"],
+        default="on_demand",
+        help="resident: every worker builds its engine at setup and keeps it (no engine start "
+        "in a resize).",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--write-preset",

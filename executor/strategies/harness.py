@@ -82,6 +82,8 @@ def setup_runtime(runtime: Runtime) -> int:
     rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
     for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
         rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=0)
+    # builds nothing unless the config keeps rollout engines resident
+    rt.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
     rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
     rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
     rt.run(topo.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
