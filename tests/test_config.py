@@ -104,6 +104,13 @@ def test_memory_arithmetic_closed_form():
         model, label="3:5", train_gpus=3, tensor_parallel_size=1, usable_gpu_memory_gb=48
     )
     assert not shrunk.train_fits and "3:5" in shrunk.explain()
+    # a resident rollout engine of 2 GB on every trainer: 47 + 2 GB no longer fits in 48
+    resident = model.model_copy(update={"resident_engine_gb_per_trainer": 2.0})
+    assert math.isclose(train_gb_per_gpu(resident, train_gpus=4), 160 / 4 + 7 + 2)
+    tight = check_candidate(
+        resident, label="4:4", train_gpus=4, tensor_parallel_size=2, usable_gpu_memory_gb=48
+    )
+    assert not tight.train_fits and "resident rollout engine" in tight.explain()
 
 
 def test_missing_file_and_invalid_yaml(tmp_path):

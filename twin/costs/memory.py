@@ -40,6 +40,13 @@ class ModelConfig(BaseModel):
     rollout_min_kv_cache_gb_per_gpu: float = Field(
         default=4.0, ge=0, description="Smallest KV cache a rollout GPU needs to be useful (GB)."
     )
+    resident_engine_gb_per_trainer: float = Field(
+        default=0.0,
+        ge=0,
+        description="Memory a resident rollout engine (KV cache, decode graphs) holds on every "
+        "trainer (GB); 0 where engines start on demand. benchmarks/bench_engine_memory.py "
+        "measures it.",
+    )
 
     @property
     def num_params(self) -> float:
@@ -72,6 +79,8 @@ class MemoryCheck:
     train_gb_per_gpu: float
     rollout_gb_per_gpu: float
     capacity_gb: float
+    resident_engine: bool = False
+    """Whether the training figure includes a resident rollout engine."""
 
     @property
     def train_fits(self) -> bool:
@@ -91,7 +100,8 @@ class MemoryCheck:
         if not self.train_fits:
             parts.append(
                 f"each training GPU needs {self.train_gb_per_gpu:.1f} GB "
-                f"(sharded weights, gradients, master copy, optimizer state plus activations)"
+                "(sharded weights, gradients, master copy, optimizer state plus activations"
+                + (" and a resident rollout engine)" if self.resident_engine else ")")
             )
         if not self.rollout_fits:
             parts.append(
@@ -105,9 +115,14 @@ class MemoryCheck:
 
 
 def train_gb_per_gpu(model: ModelConfig, *, train_gpus: int) -> float:
-    """Peak memory of one trainer: its shard of all training state plus activations."""
+    """Peak memory of one trainer: its shard of all training state plus activations, and the
+    rollout engine it keeps where engines are resident."""
     sharded_gb = model.train_state_gb + model.gradients_gb
-    return sharded_gb / train_gpus + model.activation_memory_gb_per_gpu
+    return (
+        sharded_gb / train_gpus
+        + model.activation_memory_gb_per_gpu
+        + model.resident_engine_gb_per_trainer
+    )
 
 
 def rollout_gb_per_gpu(model: ModelConfig, *, tensor_parallel_size: int) -> float:
@@ -128,4 +143,5 @@ def check_candidate(
         train_gb_per_gpu=train_gb_per_gpu(model, train_gpus=train_gpus),
         rollout_gb_per_gpu=rollout_gb_per_gpu(model, tensor_parallel_size=tensor_parallel_size),
         capacity_gb=usable_gpu_memory_gb,
+        resident_engine=model.resident_engine_gb_per_trainer > 0,
     )
