@@ -1,12 +1,13 @@
 """Fit the twin's resize cost model (twin/costs/resize.py) to a resize benchmark's results.
 
-Every phase of each strategy becomes `base_s + s_per_gb * gb`, where `gb` is the model's state of
-the kind the phase moves (the twin's own byte accounting); with results for two or more model
-sizes the line is a least-squares fit (clamped to non-negative values), with one size the mean
-becomes `base_s`. Phases the strategy did not run get zero cost, so the twin's defaults for them do
-not leak in. The dependency chains are the order in which the executor's strategies run their
-phases. The written file is loaded back through `load_costs` and its predicted critical path is
-printed beside the measured one.
+Every phase of each strategy becomes `base_s + s_per_gb * gb`, over every resize the phase runs
+on, where `gb` is the model's state of the kind the phase moves, or the share of it that changes
+owner for phases that re-cut the trainers' slices (the twin's own byte accounting); with results
+for two or more model sizes the line is a least-squares fit (clamped to non-negative values), with
+one size the mean becomes `base_s`. Phases the strategy did not run get zero cost, so the twin's
+defaults for them do not leak in. The dependency chains are the order in which the executor's
+strategies run their phases. The written file is loaded back through `load_costs` and its
+predicted critical path is printed beside the measured one.
 
     python3 benchmarks/bench_resize.py --preset-from benchmarks/results/resize_cpu.json \\
         --write-preset /tmp/costs.yaml
@@ -48,6 +49,19 @@ MOVES = {
     "weight_restore": "weights",
     "optimizer_restore": "optimizer_state",
 }
+RECUT = {
+    "overlapped": {
+        "weight_restore": "master_weights",
+        "optimizer_restore": "optimizer_moments",
+    },
+    "stop_and_rebuild": {},
+}
+"""Phases that move only the re-cut share of a state (the changed-owner share of the trainers'
+slices), and which state: the overlapped strategy's master slices and moments. Stop-and-rebuild
+checkpoints and reloads the whole state."""
+ONE_DIRECTION = {"overlapped": {"worker_reinit": "gaining_training"}, "stop_and_rebuild": {}}
+"""Phases that run on moves of one direction only: the overlapped strategy's role switch sets up
+arriving trainers, and a move towards rollout has none."""
 GROWS_WITH_WEIGHTS = {"stop_and_rebuild": {"worker_reinit", "postprocess"}, "overlapped": set()}
 """Phases that move no state but whose time grows with the model: stop-and-rebuild's new actors
 build the model from scratch, and its post-processing reloads the rollout engines' weights."""
@@ -57,14 +71,10 @@ ENGINE_START = "rollout_reinit"
 
 def _model_gb(num_params: int, *, weight_bytes: float) -> dict[str, float]:
     from dynaresize.twin.costs.memory import ModelConfig
+    from dynaresize.twin.costs.resize import StateMoved, gb_moved
 
     model = ModelConfig(num_params_b=num_params / 1e9, weight_bytes_per_param=weight_bytes)
-    return {
-        "none": 0.0,
-        "weights": model.weights_gb,
-        "optimizer_state": model.optimizer_state_gb,
-        "train_state": model.train_state_gb,
-    }
+    return {kind.value: gb_moved(kind, model) for kind in StateMoved}
 
 
 def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -87,26 +97,47 @@ def _gains_rollout(resize: dict) -> bool:
     return int(resize["to"].split(":")[1]) > int(resize["from"].split(":")[1])
 
 
-def _phase_means(variant: dict, *, critical: bool) -> dict[str, float]:
-    """Mean duration per phase name over the variant's resizes (one criticality); the engine
-    start over the resizes that start engines only."""
-    sums: dict[str, float] = {}
-    counts: dict[str, int] = {}
+def _runs_on(strategy: str, name: str, resize: dict) -> bool:
+    """Whether the phase runs on this resize's move (the twin's rules)."""
+    if name == ENGINE_START and not _gains_rollout(resize):
+        return False
+    direction = ONE_DIRECTION[strategy].get(name)
+    if direction == "gaining_training":
+        return not _gains_rollout(resize)
+    if direction == "gaining_rollout":
+        return _gains_rollout(resize)
+    return True
+
+
+def _share(strategy: str, name: str, resize: dict) -> float:
+    """Share of the phase's state that the resize moves (1 unless the phase re-cuts)."""
+    from dynaresize.twin.costs.resize import changed_owner_fraction
+
+    if name not in RECUT[strategy]:
+        return 1.0
+    before, after = (int(resize[k].split(":")[0]) for k in ("from", "to"))
+    return changed_owner_fraction(before, after)
+
+
+def _phase_points(
+    variant: dict, strategy: str, gb: dict[str, float], *, critical: bool
+) -> dict[str, list[tuple[float, float]]]:
+    """(GB moved, seconds) of every phase of one criticality on every resize it runs on."""
+    points: dict[str, list[tuple[float, float]]] = {}
     for resize in variant["resizes"]:
         for p in resize["phases"]:
-            if p["critical"] is not critical:
+            name = p["phase"]
+            if p["critical"] is not critical or not _runs_on(strategy, name, resize):
                 continue
-            if p["phase"] == ENGINE_START and not _gains_rollout(resize):
-                continue
-            sums[p["phase"]] = sums.get(p["phase"], 0.0) + p["duration_s"]
-            counts[p["phase"]] = counts.get(p["phase"], 0) + 1
-    return {k: v / counts[k] for k, v in sums.items()}
+            moved = gb[_moves(strategy, name)] * _share(strategy, name, resize)
+            points.setdefault(name, []).append((moved, p["duration_s"]))
+    return points
 
 
 def _moves(strategy: str, name: str) -> str:
     if name in GROWS_WITH_WEIGHTS[strategy]:
         return "weights"
-    return MOVES.get(name, "none")
+    return RECUT[strategy].get(name) or MOVES.get(name, "none")
 
 
 def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str, Any]:
@@ -123,46 +154,46 @@ def fit_resize_params(data: dict[str, Any], *, weight_bytes: float) -> dict[str,
             if variant is None:
                 continue
             gb = _model_gb(result["num_params"], weight_bytes=weight_bytes)
-            critical = _phase_means(variant, critical=True)
-            background = _phase_means(variant, critical=False)
+            critical = _phase_points(variant, strategy, gb, critical=True)
+            background = _phase_points(variant, strategy, gb, critical=False)
             for name in chain:
-                if name in critical:
-                    per_phase.setdefault(name, []).append(
-                        (gb[_moves(strategy, name)], critical[name])
-                    )
+                per_phase.setdefault(name, []).extend(critical.get(name, []))
             for name in BACKGROUND[strategy]:
                 if name in background:
-                    per_phase.setdefault(name, []).append(
-                        (gb[_moves(strategy, name)], background[name])
-                    )
+                    per_phase.setdefault(name, []).extend(background[name])
+                    bg_time = statistics.fmean(t for _, t in background[name])
                     bg_cost = [r["background_s"] for r in variant["resizes"]]
                     bg_cost = [b for b in bg_cost if b is not None]
-                    if bg_cost and background[name] > 0:
-                        contention.append(statistics.fmean(bg_cost) / background[name])
+                    if bg_cost and bg_time > 0:
+                        contention.append(statistics.fmean(bg_cost) / bg_time)
         phases: dict[str, Any] = {}
         previous: str | None = None
         for name in chain:
             base, slope = _fit(per_phase.get(name, []))
             deps = [previous] if previous else []
-            phases[name] = _phase_entry(_moves(strategy, name), base, slope, deps, True)
+            phases[name] = _phase_entry(strategy, name, base, slope, deps, True)
             previous = name
         for name, after in BACKGROUND[strategy].items():
             base, slope = _fit(per_phase.get(name, []))
-            phases[name] = _phase_entry(_moves(strategy, name), base, slope, [after], False)
+            phases[name] = _phase_entry(strategy, name, base, slope, [after], False)
         out[strategy] = phases
     if contention:
         out["background_contention"] = round(min(max(statistics.fmean(contention), 0.0), 1.0), 4)
     return out
 
 
-def _phase_entry(moves: str, base: float, slope: float, deps: list[str], critical: bool) -> dict:
+def _phase_entry(
+    strategy: str, name: str, base: float, slope: float, deps: list[str], critical: bool
+) -> dict:
     return {
         "base_s": round(base, 6),
         "s_per_gb": round(slope, 6),
-        "moves": moves,
+        "moves": _moves(strategy, name),
         "link": "host",
         "critical": critical,
         "depends_on": deps,
+        "share": "changed_owner" if name in RECUT[strategy] else "whole",
+        "on_moves": ONE_DIRECTION[strategy].get(name, "any"),
     }
 
 
@@ -205,6 +236,8 @@ def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None
                     host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
                     interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
                     starts_rollout_engines=_gains_rollout(measured),
+                    trainers_before=int(measured["from"].split(":")[0]),
+                    trainers_after=int(measured["to"].split(":")[0]),
                 )
                 lines.append(
                     f"{result['model']} {strategy.value} {measured['from']} -> {measured['to']}: "

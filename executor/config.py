@@ -48,7 +48,9 @@ class RolloutEngines(str, Enum):
     RESIDENT = "resident"
     """Built on every worker at setup and kept through role changes (the weights are the model's
     own tensors, updated in place): a move that adds replicas starts none, at the price of one
-    engine's cache and graphs held on every trainer."""
+    engine's cache and graphs held on every trainer. The in-process strategies (overlapped,
+    host_sync) keep them; stop_and_rebuild replaces the workers at every resize, so after one its
+    replicas start engines again and its trainers hold none."""
 
 
 class StagingSettings(BaseModel):

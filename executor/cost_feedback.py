@@ -246,10 +246,17 @@ class ResizeCostFeedback:
     def with_costs(
         self, predictions: tuple[CandidatePrediction, ...], *, current: Allocation
     ) -> tuple[CandidatePrediction, ...]:
-        """The same predictions with each candidate's resize cost (and source) from here."""
+        """The same predictions with each candidate's resize cost (and source) from here.
+
+        Until some resize has been measured, a candidate keeps the cost it came with: the
+        estimator prices each move by the twin's plan of that very move, which a single fallback
+        figure would flatten."""
         out = []
         for prediction in predictions:
             estimate = self.estimate(current=current, target=prediction.allocation)
+            if estimate is self.fallback and prediction.allocation != current:
+                out.append(prediction)
+                continue
             out.append(
                 prediction.model_copy(
                     update={

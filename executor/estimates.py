@@ -58,8 +58,8 @@ class CandidateEstimator:
             weight_bytes_per_param=weight_bytes_per_param,
             costs=self.costs,
         )
-        costlier = self._plans.gains_rollout
-        # One figure for the cost feedback's fallback: a move that starts engines.
+        costlier = self._plans.costlier
+        # One figure for the cost feedback's fallback: the costlier direction's plan.
         self.model_critical_s, self.model_background_s = costlier.critical_s, costlier.slowdown_s
 
     def predict(

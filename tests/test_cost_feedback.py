@@ -132,12 +132,21 @@ def test_same_transition_estimate_is_the_window_mean(costs, window):
     assert min(tail) - 1e-9 <= est.critical_s <= max(tail) + 1e-9
 
 
-def _observation(current: Allocation, fb: ResizeCostFeedback) -> StepObservation:
+def _observation(
+    current: Allocation, fb: ResizeCostFeedback, model_costs_s: dict | None = None
+) -> StepObservation:
+    """An observation as the driver builds it: the estimator prices each move by the model
+    (here the fallback figure unless `model_costs_s` says otherwise), the feedback replaces what
+    it has measured."""
+    model_costs_s = model_costs_s or {}
     base = tuple(
         CandidatePrediction(
             allocation=a,
             predicted_step_s=10.0 if a != A13 else 5.0,
-            predicted_resize_critical_s=99.0,
+            predicted_resize_critical_s=0.0
+            if a == current
+            else model_costs_s.get(a, fb.fallback.critical_s),
+            cost_source=fb.fallback.source,
         )
         for a in (A31, A22, A13)
     )
@@ -163,6 +172,21 @@ def test_predictions_carry_each_candidates_cost_and_source():
     assert by[A13].predicted_resize_critical_s == 2.0  # same shift as 3:1 -> 2:2
     assert by[A31].cost_source is CostSource.MEASURED
     assert by[A13].predicted_step_s == 5.0  # step-time predictions pass through untouched
+
+
+def test_each_move_keeps_its_model_cost_until_a_resize_is_measured():
+    """Before any measurement a candidate keeps the model's price of its own move (a move that
+    starts engines costs more than one that does not); a measurement then replaces it."""
+    fb = feedback()
+    priced = {A31: 3.0, A13: 7.0}
+    by = {c.allocation: c for c in _observation(A22, fb, priced).candidates}
+    assert by[A31].predicted_resize_critical_s == 3.0
+    assert by[A13].predicted_resize_critical_s == 7.0
+    assert by[A13].cost_source is CostSource.CALIBRATED
+    resize(fb, 0, A31, A22, 2.0)
+    by = {c.allocation: c for c in _observation(A22, fb, priced).candidates}
+    assert by[A13].predicted_resize_critical_s == 2.0
+    assert by[A13].cost_source is CostSource.MEASURED
 
 
 def test_decision_record_source_follows_the_estimate_used():

@@ -50,6 +50,7 @@ def twin_trace(
     rng: np.random.Generator,
     noise: float = 0.02,
     params: ResizeCostParams | None = None,
+    policy: dict | None = None,
 ) -> Trace:
     scenario = load_scenario("example")
     cluster = scenario.cluster.model_copy(
@@ -64,7 +65,7 @@ def twin_trace(
             "simulation": scenario.simulation.model_copy(update={"num_steps": 18}),
         }
     )
-    result = simulate(scenario, SCHEDULE)
+    result = simulate(scenario, policy or SCHEDULE)
     resizes = result.resizes.copy()
     duration = (resizes["end_s"] - resizes["start_s"]) * (1 + rng.normal(0, noise, len(resizes)))
     resizes["end_s"] = resizes["start_s"] + np.maximum(duration, 0.0)
@@ -316,6 +317,35 @@ def test_recorded_bytes_and_directions_shape_the_phases_they_came_from():
     np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
     assert any("adopted" in n for n in result.notes)
     assert any("gaining_training moves only" in n for n in result.notes)
+
+
+def test_bytes_that_several_readings_explain_keep_the_configured_one():
+    """One-notch moves re-cut half the state, so half the fp32 master copy is as many bytes as
+    the whole bf16 weights: records of such moves alone cannot tell, and the configured reading
+    stays, with a note."""
+    truth = true_params()
+    table = dict(truth.overlapped)
+    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
+        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    )
+    truth = truth.model_copy(update={"overlapped": table})
+    one_notch = {
+        "kind": "scheduled",
+        "schedule": [
+            {"step": 3, "allocation": "5:3"},
+            {"step": 8, "allocation": "6:2"},
+            {"step": 13, "allocation": "5:3"},
+        ],
+    }
+    rng = np.random.default_rng(13)
+    traces = [
+        twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth, policy=one_notch)
+        for s in (2.0, 8.2)
+    ]
+    result = fit(traces)
+    restore = result.params.overlapped[PhaseName.WEIGHT_RESTORE]
+    assert (restore.moves, restore.share) == (StateMoved.WEIGHTS, MovedShare.WHOLE)
+    assert any("fit several readings" in n and "weight_restore" in n for n in result.notes)
 
 
 def test_a_background_phase_holding_the_pipeline_a_moment_counts_as_coordination():

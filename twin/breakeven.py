@@ -395,7 +395,7 @@ def breakeven_for_trace(
     """
     from .analysis_context import trace_model_inputs
     from .config import ConfigError
-    from .costs.resize import plan_resize
+    from .costs.resize import plan_resizes
     from .step_costs import compute_step_costs, steady_step_s_without_warmup
 
     notes = list(context.assumptions) + list(trace.meta.notes)
@@ -415,15 +415,18 @@ def breakeven_for_trace(
     if measured is not None:
         cost_s, source = measured, "mean measured stall of the trace's resizes"
     else:
-        plan = plan_resize(
+        plan = plan_resizes(
             strategy=scenario.pipeline.resize_strategy,
             model=scenario.model,
             params=costs.resize,
             host_bandwidth_gbps=scenario.cluster.host_bandwidth_gbps,
             interconnect_bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
-        )
+        ).costlier
         cost_s = plan.critical_s
-        source = f"resize model, {scenario.pipeline.resize_strategy.value} critical path"
+        source = (
+            f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
+            "costlier direction"
+        )
     from ..traces.schema import PipelineMode as TracePipelineMode
 
     if trace.meta.pipeline_mode is TracePipelineMode.COLOCATED:

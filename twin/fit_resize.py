@@ -323,20 +323,35 @@ def _recorded_accounting(
     }
     models = [_of_size(default_model, s) for s in moved["model_params_b"].to_numpy(float)]
     kinds = [prior.moves, *(k for k in StateMoved if k not in (prior.moves, StateMoved.NONE))]
-    for share in (prior.share, *(s for s in MovedShare if s is not prior.share)):
-        for kind in kinds:
-            if kind is StateMoved.NONE:
-                continue
-            expected = np.array([gb_moved(kind, m) for m in models]) * shares[share]
-            if np.all(np.abs(expected - recorded) <= BYTES_MATCH_RTOL * recorded):
-                if (kind, share) != (prior.moves, prior.share):
-                    notes.append(
-                        f"{name}: every record moved the {share.value} share of the "
-                        f"{kind.value} (configured: {prior.share.value} {prior.moves.value}): "
-                        "adopted, so predictions move what the executor moves"
-                    )
-                return prior.model_copy(update={"moves": kind, "share": share})
-    return prior
+    matches = [
+        (share, kind)
+        for share in (prior.share, *(s for s in MovedShare if s is not prior.share))
+        for kind in kinds
+        if kind is not StateMoved.NONE
+        and np.all(
+            np.abs(np.array([gb_moved(kind, m) for m in models]) * shares[share] - recorded)
+            <= BYTES_MATCH_RTOL * recorded
+        )
+    ]
+    # Readings that give the same bytes on every move of this model are one reading.
+    readings = {(share, round(gb_moved(kind, default_model), 9)) for share, kind in matches}
+    if len(readings) > 1:
+        listed = ", ".join(f"{share.value} {kind.value}" for share, kind in matches)
+        notes.append(
+            f"{name}: the recorded bytes fit several readings ({listed}), which other moves "
+            f"would tell apart: the configured {prior.share.value} {prior.moves.value} is kept "
+            "(records of moves that re-cut different shares of the state decide)"
+        )
+        return prior
+    if not matches or (prior.share, prior.moves) in matches:
+        return prior
+    share, kind = matches[0]
+    notes.append(
+        f"{name}: every record moved the {share.value} share of the {kind.value} (configured: "
+        f"{prior.share.value} {prior.moves.value}): adopted, so predictions move what the "
+        "executor moves"
+    )
+    return prior.model_copy(update={"moves": kind, "share": share})
 
 
 def _measured_direction(

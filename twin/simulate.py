@@ -50,8 +50,8 @@ class SimContext:
 
     @property
     def plan(self) -> ResizePlan:
-        """The plan of a move that starts rollout engines (the costlier kind)."""
-        return self.plans.gains_rollout
+        """The costlier direction's plan, whole state moved (see `ResizePlans.costlier`)."""
+        return self.plans.costlier
 
 
 @dataclass(frozen=True)

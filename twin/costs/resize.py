@@ -340,12 +340,19 @@ class ResizePlans:
 
     @property
     def gains_rollout(self) -> ResizePlan:
-        """A move that starts rollout engines, moving whole state (the costlier kind)."""
+        """A move that gives rollout GPUs (and starts engines), moving whole state."""
         return self._plan(True, None)
 
     @property
     def no_new_rollout(self) -> ResizePlan:
+        """A move that gives training GPUs, moving whole state."""
         return self._plan(False, None)
+
+    @property
+    def costlier(self) -> ResizePlan:
+        """The costlier of the two directions with whole state moved: one figure for a resize
+        where the move is not known (an upper bound of every move's critical path)."""
+        return max(self.gains_rollout, self.no_new_rollout, key=lambda plan: plan.critical_s)
 
     @property
     def strategy(self) -> StrategyName:
