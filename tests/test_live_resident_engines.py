@@ -19,9 +19,11 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 SCHEDULE = "1@3:1;2@2:2;3@3:1;4@2:2"
 
 
-def _run(out, engines: RolloutEngines):
+def _run(out, engines: RolloutEngines, device: str):
     config = LiveConfig.model_validate(
         {
+            "device": device,
+            **({"num_gpus": 1} if device == "cuda" else {}),
             "model": {"preset": "tiny"},
             "num_workers": 4,
             "initial_allocation": "2:2",
@@ -56,14 +58,26 @@ def _run(out, engines: RolloutEngines):
     return built, state, read_trace(out / "trace")
 
 
-@pytest.fixture(scope="module")
-def both_runs(tmp_path_factory, _ray_started):
+def _cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        "cpu",
+        # on CUDA the engines replay captured decode graphs: a parked engine's graphs must
+        # still read the weights training has since written in place
+        pytest.param("cuda", marks=pytest.mark.skipif(not _cuda_available(), reason="needs CUDA")),
+    ],
+)
+def both_runs(request, tmp_path_factory, _ray_started):
     import ray
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     return {
-        engines: _run(tmp_path_factory.mktemp(engines.value), engines)
+        engines: _run(tmp_path_factory.mktemp(engines.value), engines, request.param)
         for engines in (RolloutEngines.ON_DEMAND, RolloutEngines.RESIDENT)
     }
 
