@@ -186,3 +186,16 @@ def test_regret_rows_for_simulated_runs():
         assert row["offline_optimal_s"] == pytest.approx(optimum)
         assert row["regret_s"] == pytest.approx(result.summary.total_s - optimum)
         assert row["regret_s"] >= -1e-6
+
+
+def test_regret_is_one_definition_with_rounding_and_a_zero_optimum_guarded():
+    """The same schedule summed in another order differs at rounding level: no regret; a real gap
+    is the difference; an optimum of 0 gives no fraction instead of a division by zero."""
+    from dynaresize.twin.optimal import Regret
+
+    assert Regret(policy_total_s=1000.0 * (1 + 1e-12), optimal_total_s=1000.0).regret_s == 0.0
+    assert Regret(policy_total_s=1100.0, optimal_total_s=1000.0).regret_s == pytest.approx(100.0)
+    assert Regret(policy_total_s=1100.0, optimal_total_s=1000.0).regret_fraction == pytest.approx(
+        0.1
+    )
+    assert Regret(policy_total_s=5.0, optimal_total_s=0.0).regret_fraction == 0.0

@@ -77,16 +77,9 @@ def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
     return names
 
 
-ROUNDING_TOLERANCE = 1e-9
-"""Relative gap below which a total and the optimum are the same schedule summed in another
-order (the pipeline's clock, a column sum, the dynamic program): its regret is reported as 0."""
-
-
 def _regret_columns(total_s: float, optimum_s: float) -> dict[str, float]:
     """regret_s and regret_pct of a total against the offline optimum of its context."""
     regret = Regret(policy_total_s=float(total_s), optimal_total_s=optimum_s)
-    if abs(regret.regret_s) <= ROUNDING_TOLERANCE * max(optimum_s, 1.0):
-        return {"regret_s": 0.0, "regret_pct": 0.0}
     return {"regret_s": regret.regret_s, "regret_pct": 100 * regret.regret_fraction}
 
 

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 from .config import ConfigError, ScenarioConfig, format_validation_error
+from .optimal import Regret
 from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
 from .sweep_space import (
     Scalar,
@@ -368,8 +369,8 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
                 "initial_allocation": base["initial_allocation"],
                 "initial_static_time_s": float(base["initial_static_time_s"]),
                 "offline_optimal_time_s": optimum_s,
-                "regret_s": total_s - optimum_s,
-                "regret_frac": (total_s - optimum_s) / optimum_s,
+                "regret_s": Regret(total_s, optimum_s).regret_s,
+                "regret_frac": Regret(total_s, optimum_s).regret_fraction,
                 "run_key": planned.run.key,
                 "baseline_key": planned.baseline.key,
             }
