@@ -28,6 +28,7 @@ from ..policies.registry import parse_policy_config, parse_policy_spec
 from ..policies.types import Allocation
 from ..traces.io import Trace
 from ..traces.schema import PipelineMode as TracePipelineMode
+from ..traces.staged_dir import staged_dir
 from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
 from .config import ConfigError
 from .costs.rollout import rollout_stage_s_many
@@ -35,7 +36,6 @@ from .costs.sync import weight_sync_s
 from .costs.train import train_stage_s
 from .fit import CostFit, fitted_overrides
 from .optimal import OptimalSchedule, Regret, optimum_of_context
-from .output_dir import staged_output_dir
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
 
@@ -325,7 +325,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
 
     Files are written to a temporary folder beside `out_dir` and then moved in.
     """
-    with staged_output_dir(out_dir) as staging:
+    with staged_dir(out_dir, replace=False) as staging:
         result.table.to_csv(staging / "replay.csv", index=False)
         payload = {
             "table": result.table.to_dict(orient="records"),

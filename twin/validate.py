@@ -33,9 +33,9 @@ import pandas as pd
 from ..policies.types import Allocation, CostSource
 from ..traces.io import Trace
 from ..traces.phases import StrategyName
+from ..traces.staged_dir import staged_dir
 from .analysis_context import AnalysisContext, context_from_config
 from .config import ConfigError, PipelineMode
-from .output_dir import staged_output_dir
 from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
@@ -470,7 +470,7 @@ def plot_validation(report: ValidationReport, *, title: str):
 
 def write_validation_outputs(report: ValidationReport, out_dir: Path, *, title: str) -> None:
     """validation.json, per_step.csv, resizes.csv and validation.png, all or nothing."""
-    with staged_output_dir(out_dir) as staging:
+    with staged_dir(out_dir, replace=False) as staging:
         (staging / "validation.json").write_text(json.dumps(report.as_dict(), indent=2))
         report.per_step.to_csv(staging / "per_step.csv", index=False)
         report.resizes.to_csv(staging / "resizes.csv", index=False)
