@@ -1,18 +1,23 @@
 """Traces with known cost parameters, for the fitting, break-even and replay tests.
 
 Step times come from the twin's own cost models on a synthetic workload, plus optional noise,
-so a fit must recover the parameters that made them. Not a test module itself.
+so a fit must recover the parameters that made them; `with_phase_updates` changes the resize
+phases such parameters hold. Not a test module itself.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.workload import Workload
 from dynaresize.twin.costs import CostModels
 from dynaresize.twin.costs.memory import ModelConfig
+from dynaresize.twin.costs.resize import ResizeCostParams
 from dynaresize.twin.costs.rollout import rollout_stage_s_many
 from dynaresize.twin.costs.sync import weight_sync_s
 from dynaresize.twin.costs.train import train_stage_s
@@ -30,6 +35,18 @@ def lognormal_workload(
         for s in scale
     ]
     return Workload.from_steps(prompts, responses, name="synthetic")
+
+
+def with_phase_updates(
+    params: ResizeCostParams,
+    strategy: StrategyName,
+    updates: dict[PhaseName, dict[str, Any]],
+) -> ResizeCostParams:
+    """`params` with the given fields of some phases of one strategy's own table changed."""
+    table = dict(getattr(params, strategy.value))
+    for phase, fields in updates.items():
+        table[phase] = table[phase].model_copy(update=fields)
+    return params.model_copy(update={strategy.value: table})
 
 
 def trace_from_costs(

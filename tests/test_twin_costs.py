@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import yaml
+from analysis_traces import with_phase_updates
 from dynaresize.policies.types import Allocation, CostSource
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.twin.config import ConfigError
@@ -268,15 +269,17 @@ def test_changed_owner_fraction_closed_forms(before, after, share) -> None:
 def test_a_recut_phase_moves_its_share_and_a_one_direction_phase_only_its_moves() -> None:
     """A re-cut moves only the changed-owner share of the master weights; a phase restricted to
     moves gaining training costs nothing on a move towards rollout; plans differ by move."""
-    base = ResizeCostParams()
-    table = dict(base.overlapped)
-    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
-        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    params = with_phase_updates(
+        ResizeCostParams(),
+        StrategyName.OVERLAPPED,
+        {
+            PhaseName.WEIGHT_RESTORE: {
+                "moves": StateMoved.MASTER_WEIGHTS,
+                "share": MovedShare.CHANGED_OWNER,
+            },
+            PhaseName.WORKER_REINIT: {"on_moves": MoveDirection.GAINING_TRAINING},
+        },
     )
-    table[PhaseName.WORKER_REINIT] = table[PhaseName.WORKER_REINIT].model_copy(
-        update={"on_moves": MoveDirection.GAINING_TRAINING}
-    )
-    params = base.model_copy(update={"overlapped": table})
     plans = plan_resizes(
         strategy=StrategyName.OVERLAPPED,
         model=PAPER_MODEL,
@@ -294,7 +297,7 @@ def test_a_recut_phase_moves_its_share_and_a_one_direction_phase_only_its_moves(
     master_gb = 8.2 * 4
     restore = phase(to_training, PhaseName.WEIGHT_RESTORE)
     assert restore.bytes_moved == pytest.approx(0.75 * master_gb * 1e9, rel=1e-9)
-    spec = table[PhaseName.WEIGHT_RESTORE]
+    spec = params.overlapped[PhaseName.WEIGHT_RESTORE]
     assert restore.duration_s == pytest.approx(spec.base_s + spec.s_per_gb * 0.75 * master_gb)
     assert phase(to_training, PhaseName.WORKER_REINIT).duration_s == pytest.approx(32.6)
     assert phase(to_rollout, PhaseName.WORKER_REINIT).duration_s == 0.0

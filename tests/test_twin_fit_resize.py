@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from analysis_traces import with_phase_updates
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
@@ -24,6 +25,8 @@ SCHEDULE = {
         {"step": 13, "allocation": "4:4"},
     ],
 }
+RECUT_MASTER_WEIGHTS = {"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+"""A weight restore that moves the changed-owner share of the fp32 master copy."""
 HOST_GBPS, LINK_GBPS = 20.0, 300.0  # not the reference bandwidths: the conversion is exercised
 
 
@@ -295,15 +298,15 @@ def test_recorded_bytes_and_directions_shape_the_phases_they_came_from():
     """Records whose bytes are the changed-owner share of the master weights, and a set-up phase
     that ran only on moves towards training, are fitted as such from a configuration that says
     otherwise (whole weights, every move): the fitted plans then predict every move exactly."""
-    truth = true_params()
-    table = dict(truth.overlapped)
-    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
-        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    truth = with_phase_updates(
+        true_params(),
+        StrategyName.OVERLAPPED,
+        {
+            PhaseName.WEIGHT_RESTORE: RECUT_MASTER_WEIGHTS,
+            PhaseName.WORKER_REINIT: {"on_moves": MoveDirection.GAINING_TRAINING},
+        },
     )
-    table[PhaseName.WORKER_REINIT] = table[PhaseName.WORKER_REINIT].model_copy(
-        update={"on_moves": MoveDirection.GAINING_TRAINING}
-    )
-    truth = truth.model_copy(update={"overlapped": table})
+    table = truth.overlapped
     rng = np.random.default_rng(11)
     traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth) for s in (2.0, 8.2)]
     result = fit(traces)
@@ -323,12 +326,9 @@ def test_bytes_that_several_readings_explain_keep_the_configured_one():
     """One-notch moves re-cut half the state, so half the fp32 master copy is as many bytes as
     the whole bf16 weights: records of such moves alone cannot tell, and the configured reading
     stays, with a note."""
-    truth = true_params()
-    table = dict(truth.overlapped)
-    table[PhaseName.WEIGHT_RESTORE] = table[PhaseName.WEIGHT_RESTORE].model_copy(
-        update={"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
+    truth = with_phase_updates(
+        true_params(), StrategyName.OVERLAPPED, {PhaseName.WEIGHT_RESTORE: RECUT_MASTER_WEIGHTS}
     )
-    truth = truth.model_copy(update={"overlapped": table})
     one_notch = {
         "kind": "scheduled",
         "schedule": [
