@@ -355,6 +355,7 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
         base = baselines.get(planned.baseline.key)
         total_s = float(run["total_time_s"])
         optimum_s = float(base["offline_optimal_time_s"])
+        regret = Regret(total_s, optimum_s)
         rows.append(
             {
                 **{path: planned.point.get(path) for path in plan.param_paths},
@@ -369,8 +370,8 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
                 "initial_allocation": base["initial_allocation"],
                 "initial_static_time_s": float(base["initial_static_time_s"]),
                 "offline_optimal_time_s": optimum_s,
-                "regret_s": Regret(total_s, optimum_s).regret_s,
-                "regret_frac": Regret(total_s, optimum_s).regret_fraction,
+                "regret_s": regret.regret_s,
+                "regret_frac": regret.regret_fraction,
                 "run_key": planned.run.key,
                 "baseline_key": planned.baseline.key,
             }
