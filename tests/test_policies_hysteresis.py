@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from dynaresize.policies import build_policy
+from dynaresize.policies import build_policy, signals
 from dynaresize.policies.hysteresis import HysteresisConfig
 from dynaresize.policies.moves import MoveMode
 from hypothesis import assume, given, settings
@@ -22,7 +22,8 @@ from policy_observations import (
 def observed_imbalance(x: float) -> float:
     """The imbalance a policy computes from `times_with_imbalance(x)`."""
     rollout_s, train_s = times_with_imbalance(x)
-    return (rollout_s - train_s) / max(rollout_s, train_s)
+    obs = make_obs(step=0, allocation="4:4", rollout_s=rollout_s, train_s=train_s)
+    return signals.imbalance(obs.last)
 
 
 hysteresis_configs = st.builds(
