@@ -17,14 +17,11 @@ from dynaresize.twin.fit import FitError
 from dynaresize.twin.fit_resize import ParamStatus, fit_resize_phases
 from dynaresize.twin.simulate import simulate
 
-SCHEDULE = {
-    "kind": "scheduled",
-    "schedule": [
-        {"step": 3, "allocation": "4:4"},
-        {"step": 8, "allocation": "6:2"},
-        {"step": 13, "allocation": "4:4"},
-    ],
-}
+SCHEDULE = [
+    {"step": 3, "allocation": "4:4"},
+    {"step": 8, "allocation": "6:2"},
+    {"step": 13, "allocation": "4:4"},
+]
 RECUT_MASTER_WEIGHTS = {"moves": StateMoved.MASTER_WEIGHTS, "share": MovedShare.CHANGED_OWNER}
 """A weight restore that moves the changed-owner share of the fp32 master copy."""
 HOST_GBPS, LINK_GBPS = 20.0, 300.0  # not the reference bandwidths: the conversion is exercised
@@ -53,7 +50,7 @@ def twin_trace(
     rng: np.random.Generator,
     noise: float = 0.02,
     params: ResizeCostParams | None = None,
-    policy: dict | None = None,
+    schedule: list[dict] | None = None,
 ) -> Trace:
     scenario = load_scenario("example")
     cluster = scenario.cluster.model_copy(
@@ -68,7 +65,7 @@ def twin_trace(
             "simulation": scenario.simulation.model_copy(update={"num_steps": 18}),
         }
     )
-    result = simulate(scenario, policy or SCHEDULE)
+    result = simulate(scenario, {"kind": "scheduled", "schedule": schedule or SCHEDULE})
     resizes = result.resizes.copy()
     duration = (resizes["end_s"] - resizes["start_s"]) * (1 + rng.normal(0, noise, len(resizes)))
     resizes["end_s"] = resizes["start_s"] + np.maximum(duration, 0.0)
@@ -329,17 +326,14 @@ def test_bytes_that_several_readings_explain_keep_the_configured_one():
     truth = with_phase_updates(
         true_params(), StrategyName.OVERLAPPED, {PhaseName.WEIGHT_RESTORE: RECUT_MASTER_WEIGHTS}
     )
-    one_notch = {
-        "kind": "scheduled",
-        "schedule": [
-            {"step": 3, "allocation": "5:3"},
-            {"step": 8, "allocation": "6:2"},
-            {"step": 13, "allocation": "5:3"},
-        ],
-    }
+    one_notch = [
+        {"step": 3, "allocation": "5:3"},
+        {"step": 8, "allocation": "6:2"},
+        {"step": 13, "allocation": "5:3"},
+    ]
     rng = np.random.default_rng(13)
     traces = [
-        twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth, policy=one_notch)
+        twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth, schedule=one_notch)
         for s in (2.0, 8.2)
     ]
     result = fit(traces)
