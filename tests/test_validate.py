@@ -143,7 +143,7 @@ def test_one_step_off_noisy_run_is_predicted_within_the_noise():
     trace, config = twin_run_trace(noise=0.03, seed=1)
     context = context_from_config(config, [trace]).with_costs(_fit(trace, config).costs)
     report = validate_trace(trace, context)
-    # Within the noise plus the rollout fitter's one-step-off bias (see the xfail above).
+    # Within the noise.
     assert report.median_step_ape < 0.06
     assert abs(report.total_time_error) < 0.02
     assert abs(report.resize_critical_error) < 0.05
