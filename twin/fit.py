@@ -555,17 +555,6 @@ def _fit_train_several_allocations(
       standard error of its own (a small model on a large GPU trains in time that barely follows
       the tokens, and a term fitted to run-to-run noise then mispredicts the next run).
     """
-    variants = [
-        (True, "optimizer"),
-        (True, "allreduce"),
-        (False, "optimizer"),
-        (False, "allreduce"),
-    ]
-    fits = {v: _fit_train_form(tokens, gpus, measured, base, model, *v) for v in variants}
-    best_form = {
-        with_tokens: min(("optimizer", "allreduce"), key=lambda form: fits[(with_tokens, form)][1])
-        for with_tokens in (True, False)
-    }
     notes = []
     with_tokens = True
     distinct_runs = np.unique(runs) if runs is not None else np.zeros(0)
@@ -584,14 +573,31 @@ def _fit_train_several_allocations(
                 f"(mean of {len(errors[True])} held-out runs' median errors ± one standard error; "
                 "the term is kept only where it wins by more than one standard error)"
             )
-    form = best_form[with_tokens]
+    fitted, form = _best_train_form(tokens, gpus, measured, base, model, with_tokens)
     shape = "ring all-reduce, 2(n-1)/n" if form == "allreduce" else "optimizer shard, 1/n"
     notes.append(
         f"the per-GPU term is the {shape} form, the better fit of the two (with a constant they "
         "differ only in the sign of a 1/n part, so the times choose, not the cause)"
     )
-    fitted, _ = fits[(with_tokens, form)]
     return fitted, notes
+
+
+def _best_train_form(
+    tokens: np.ndarray,
+    gpus: np.ndarray,
+    measured: np.ndarray,
+    base: TrainCostParams,
+    model: ModelConfig,
+    with_tokens: bool,
+) -> tuple[TrainCostParams, str]:
+    """The better fit of the optimizer-shard and ring all-reduce forms (the first on a tie), and
+    which form it is."""
+    fits = {
+        form: _fit_train_form(tokens, gpus, measured, base, model, with_tokens, form)
+        for form in ("optimizer", "allreduce")
+    }
+    form = min(fits, key=lambda f: fits[f][1])
+    return fits[form][0], form
 
 
 def _mean_and_standard_error(values: list[float]) -> tuple[float, float]:
@@ -618,15 +624,9 @@ def _leave_one_run_out_ape(
         rest = runs != run
         if len(np.unique(gpus[rest])) < 2 or rest.sum() < 4:
             continue
-        fitted = min(
-            (
-                _fit_train_form(
-                    tokens[rest], gpus[rest], measured[rest], base, model, with_tokens, f
-                )
-                for f in ("optimizer", "allreduce")
-            ),
-            key=lambda pair: pair[1],
-        )[0]
+        fitted, _ = _best_train_form(
+            tokens[rest], gpus[rest], measured[rest], base, model, with_tokens
+        )
         held = ~rest
         predicted = train_predictions(tokens[held], gpus[held], model, fitted)
         errors.append(float(np.median(np.abs(predicted / measured[held] - 1.0))))
