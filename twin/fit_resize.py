@@ -286,13 +286,19 @@ def fit_resize_phases(
     return result
 
 
+def _gpus(labels: pd.Series, side: int) -> np.ndarray:
+    """GPUs of one side (0: training, 1: rollout) of each train:rollout label."""
+    return labels.str.split(":").str[side].astype(int).to_numpy()
+
+
 def _trainer_counts(records: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Trainer counts before and after each record's resize (train:rollout labels)."""
+    """Trainer counts before and after each record's resize."""
+    return _gpus(records["from_allocation"], 0), _gpus(records["to_allocation"], 0)
 
-    def trainers(labels: pd.Series) -> np.ndarray:
-        return labels.str.split(":").str[0].astype(int).to_numpy()
 
-    return trainers(records["from_allocation"]), trainers(records["to_allocation"])
+def _gains_rollout(records: pd.DataFrame) -> np.ndarray:
+    """Whether each record's resize gives the rollout side more GPUs."""
+    return _gpus(records["to_allocation"], 1) > _gpus(records["from_allocation"], 1)
 
 
 def _recorded_accounting(
@@ -360,7 +366,7 @@ def _measured_direction(
     """Restrict a phase to the moves of one direction where the records show it costs next to
     nothing on the other (for example arriving trainers' set-up on moves towards rollout); the
     records of that direction then leave the fit."""
-    gains = _gains_rollout(group).to_numpy()
+    gains = _gains_rollout(group)
     if gains.all() or not gains.any():
         return group, prior
     durations = group["duration_s"].to_numpy(float)
@@ -649,7 +655,7 @@ def _critical_path_check(
             params=params,
             host_bandwidth_gbps=links.host_bandwidth_gbps,
             interconnect_bandwidth_gbps=links.interconnect_bandwidth_gbps,
-            starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1]).iloc[0]),
+            starts_rollout_engines=bool(_gains_rollout(resize.iloc[:1])[0]),
             trainers_before=int(before[0]),
             trainers_after=int(after[0]),
         )
@@ -733,12 +739,3 @@ def _zero_phases_never_run(
                     f"{strategy.value}.{phase.value}: in the configured DAG but never run in the "
                     "traces: costs nothing in the fitted model"
                 )
-
-
-def _gains_rollout(records: pd.DataFrame) -> pd.Series:
-    """Whether each record's resize gives the rollout side more GPUs (train:rollout labels)."""
-
-    def rollout(labels: pd.Series) -> pd.Series:
-        return labels.str.split(":").str[1].astype(int)
-
-    return rollout(records["to_allocation"]) > rollout(records["from_allocation"])
