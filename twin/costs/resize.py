@@ -354,10 +354,6 @@ class ResizePlans:
         where the move is not known (an upper bound of every move's critical path)."""
         return max(self.gains_rollout, self.no_new_rollout, key=lambda plan: plan.critical_s)
 
-    @property
-    def strategy(self) -> StrategyName:
-        return self.gains_rollout.strategy
-
     def between(self, before: Allocation, after: Allocation) -> ResizePlan:
         return self._plan(
             after.rollout_gpus > before.rollout_gpus, (before.train_gpus, after.train_gpus)
