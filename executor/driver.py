@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
-from dynaresize.traces.phases import Role
 from dynaresize.traces.schema import (
     DecisionRecord,
     ResizePhaseRecord,
@@ -39,7 +38,7 @@ from dynaresize.twin.config import ConfigError, ScenarioConfig
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
 from .cluster import Cluster, start
-from .config import DeviceKind, LiveConfig, PipelineMode, RolloutEngines
+from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .objective import group_advantages
@@ -224,16 +223,9 @@ class LiveSession:
         self.numel = numels[0]
         lap("models_built")
         topo = rt.topology
-        rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
         version = self.restored.weights_version if self.restored else 0
         rt.weights_version = version
-        for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
-            rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=version)
-        lap("roles_taken")
-        if self.live.rollout_engines is RolloutEngines.RESIDENT:
-            rt.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
-            lap("resident_engines_built")
-        rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+        rt.take_roles(weights_version=version, lap=lap)
         if self.restored is None:
             rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
         else:

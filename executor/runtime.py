@@ -8,14 +8,15 @@ flight, so the driver can stop cleanly instead of hanging or losing the reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import ray
+from dynaresize.traces.phases import Role
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
-from .config import LiveConfig
+from .config import LiveConfig, RolloutEngines
 from .topology import Topology
 
 _LOST = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
@@ -131,6 +132,26 @@ class Runtime:
             master_port=port,
             world_size=len(self.workers),
         )
+
+    def take_roles(
+        self, *, weights_version: int, lap: Callable[[str], None] = lambda _name: None
+    ) -> None:
+        """The current topology's groups, every worker's role in it, and the trainers' ranks.
+
+        With resident rollout engines the trainers build theirs here too. `lap(name)` marks the
+        end of the roles ("roles_taken") and of the resident engines ("resident_engines_built").
+        """
+        topo = self.topology
+        self.run(self.all_ids, "bind_topology", doing="building groups", topology=topo)
+        for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
+            self.run(
+                ids, "set_role", doing="taking a role", role=role, weights_version=weights_version
+            )
+        lap("roles_taken")
+        if self.config.rollout_engines is RolloutEngines.RESIDENT:
+            self.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
+            lap("resident_engines_built")
+        self.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
 
     @property
     def all_ids(self) -> tuple[int, ...]:

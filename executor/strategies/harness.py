@@ -13,7 +13,6 @@ from typing import Any
 
 import ray
 import torch
-from dynaresize.traces.phases import Role
 
 from ..cluster import PLACEMENT_GROUP_NAME, connect, reserve, start_workers
 from ..config import LiveConfig
@@ -78,15 +77,9 @@ def setup_runtime(runtime: Runtime) -> int:
     infos = rt.run(rt.all_ids, "info", doing="starting")
     rt.form_world(master_addr=infos[0]["node_ip"])
     numel = rt.run(rt.all_ids, "build_model", doing="building the model")[0]
-    topo = rt.topology
-    rt.run(rt.all_ids, "bind_topology", doing="building groups", topology=topo)
-    for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
-        rt.run(ids, "set_role", doing="taking a role", role=role, weights_version=0)
-    # builds nothing unless the config keeps rollout engines resident
-    rt.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
-    rt.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
-    rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
-    rt.run(topo.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
+    rt.take_roles(weights_version=0)
+    rt.run(rt.topology.trainer_ids, "initial_shard", doing="loading initial weights")
+    rt.run(rt.topology.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
     return int(numel)
 
 
