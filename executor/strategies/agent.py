@@ -364,8 +364,7 @@ class FastResizeWorker:
             raise work.errors[0]
         self._background = None
         self._held = None
-        device = getattr(self, "device", None)
-        if device is not None and device.type == "cuda":
+        if self.device.type == "cuda":
             # The old slice and the move's buffers are free now; a worker that kept its role
             # would otherwise keep their blocks cached, out of reach of the roles that share
             # its device.
