@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dynaresize.policies.types import Allocation
 
 CHAINS: dict[str, list[str]] = {
     # Critical phases, in the order the executor's strategies run them.
@@ -65,8 +66,6 @@ arriving trainers, and a move towards rollout has none."""
 GROWS_WITH_WEIGHTS = {"stop_and_rebuild": {"worker_reinit", "postprocess"}, "overlapped": set()}
 """Phases that move no state but whose time grows with the model: stop-and-rebuild's new actors
 build the model from scratch, and its post-processing reloads the rollout engines' weights."""
-ENGINE_START = "rollout_reinit"
-"""Measured only on resizes that give the rollout side GPUs (the twin's rule): elsewhere 0 s."""
 
 
 def _model_gb(num_params: int, *, weight_bytes: float) -> dict[str, float]:
@@ -92,21 +91,21 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
     return base, slope
 
 
-def _gains_rollout(resize: dict) -> bool:
-    """Whether the resize gives the rollout side GPUs (train:rollout labels)."""
-    return int(resize["to"].split(":")[1]) > int(resize["from"].split(":")[1])
+def _move(resize: dict) -> tuple[Allocation, Allocation]:
+    """The resize's splits before and after (train:rollout labels)."""
+    return Allocation.parse(resize["from"]), Allocation.parse(resize["to"])
 
 
 def _runs_on(strategy: str, name: str, resize: dict) -> bool:
-    """Whether the phase runs on this resize's move (the twin's rules)."""
-    if name == ENGINE_START and not _gains_rollout(resize):
-        return False
-    direction = ONE_DIRECTION[strategy].get(name)
-    if direction == "gaining_training":
-        return not _gains_rollout(resize)
-    if direction == "gaining_rollout":
-        return _gains_rollout(resize)
-    return True
+    """Whether the phase runs on this resize's move (the twin's rule)."""
+    from dynaresize.traces.phases import PhaseName
+    from dynaresize.twin.costs.resize import PhaseCostParams, runs_on_move
+
+    before, after = _move(resize)
+    spec = PhaseCostParams(base_s=0.0, on_moves=ONE_DIRECTION[strategy].get(name, "any"))
+    return runs_on_move(
+        PhaseName(name), spec, gains_rollout=after.rollout_gpus > before.rollout_gpus
+    )
 
 
 def _share(strategy: str, name: str, resize: dict) -> float:
@@ -115,8 +114,8 @@ def _share(strategy: str, name: str, resize: dict) -> float:
 
     if name not in RECUT[strategy]:
         return 1.0
-    before, after = (int(resize[k].split(":")[0]) for k in ("from", "to"))
-    return changed_owner_fraction(before, after)
+    before, after = _move(resize)
+    return changed_owner_fraction(before.train_gpus, after.train_gpus)
 
 
 def _phase_points(
@@ -202,7 +201,7 @@ def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None
     from dynaresize.traces.phases import StrategyName
     from dynaresize.twin.costs import load_costs
     from dynaresize.twin.costs.memory import ModelConfig
-    from dynaresize.twin.costs.resize import plan_resize
+    from dynaresize.twin.costs.resize import plan_resizes
 
     if weight_bytes is None:
         weight_bytes = 2.0 if data["meta"]["device"] == "cuda" else 4.0
@@ -228,17 +227,15 @@ def write_preset(data: dict[str, Any], path: Path, *, weight_bytes: float | None
             variant = variants.get(strategy.value)
             if variant is None:
                 continue
+            plans = plan_resizes(
+                strategy=strategy,
+                model=model,
+                params=costs.resize,
+                host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
+                interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
+            )
             for measured in variant["resizes"]:
-                plan = plan_resize(
-                    strategy=strategy,
-                    model=model,
-                    params=costs.resize,
-                    host_bandwidth_gbps=resize["reference_host_bandwidth_gbps"],
-                    interconnect_bandwidth_gbps=costs.resize.reference_interconnect_bandwidth_gbps,
-                    starts_rollout_engines=_gains_rollout(measured),
-                    trainers_before=int(measured["from"].split(":")[0]),
-                    trainers_after=int(measured["to"].split(":")[0]),
-                )
+                plan = plans.between(*_move(measured))
                 lines.append(
                     f"{result['model']} {strategy.value} {measured['from']} -> {measured['to']}: "
                     f"predicted critical {plan.critical_s:.3f} s, measured gap "
