@@ -74,27 +74,26 @@ class CandidateEstimator:
             stages = self._twin_stages(last_batch)
         else:
             stages = self._scaled_stages(current, recent)
+        source = CostSource.MEASURED if measured_resize_s else self.model_source
         out = []
         for cand, (rollout_s, train_s, sync_s) in zip(self.candidates, stages, strict=True):
             if self.pipeline is PipelineMode.ONE_STEP_OFF:
                 step_s = max(rollout_s, train_s) + sync_s
             else:
                 step_s = rollout_s + train_s + sync_s
-            same = cand == current
-            if measured_resize_s:
+            if cand == current:
+                critical_s, background_s = 0.0, 0.0
+            elif measured_resize_s:
                 critical_s, background_s = float(np.mean(measured_resize_s)), 0.0
-                source = CostSource.MEASURED
             else:
-                plan = self._plans.between(current, cand) if not same else None
-                critical_s = plan.critical_s if plan else 0.0
-                background_s = plan.slowdown_s if plan else 0.0
-                source = self.model_source
+                plan = self._plans.between(current, cand)
+                critical_s, background_s = plan.critical_s, plan.slowdown_s
             out.append(
                 CandidatePrediction(
                     allocation=cand,
                     predicted_step_s=float(step_s),
-                    predicted_resize_critical_s=0.0 if same else critical_s,
-                    predicted_resize_background_s=0.0 if same else background_s,
+                    predicted_resize_critical_s=critical_s,
+                    predicted_resize_background_s=background_s,
                     cost_source=source,
                 )
             )
