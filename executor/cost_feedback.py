@@ -254,7 +254,7 @@ class ResizeCostFeedback:
         out = []
         for prediction in predictions:
             estimate = self.estimate(current=current, target=prediction.allocation)
-            if estimate is self.fallback and prediction.allocation != current:
+            if estimate is self.fallback:
                 out.append(prediction)
                 continue
             out.append(
