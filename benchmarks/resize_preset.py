@@ -60,9 +60,13 @@ RECUT = {
 """Phases that move only the re-cut share of a state (the changed-owner share of the trainers'
 slices), and which state: the overlapped strategy's master slices and moments. Stop-and-rebuild
 checkpoints and reloads the whole state."""
-ONE_DIRECTION = {"overlapped": {"worker_reinit": "gaining_training"}, "stop_and_rebuild": {}}
-"""Phases that run on moves of one direction only: the overlapped strategy's role switch sets up
-arriving trainers, and a move towards rollout has none."""
+ONE_DIRECTION = {
+    "overlapped": {"worker_reinit": "gaining_training", "rollout_reinit": "gaining_rollout"},
+    "stop_and_rebuild": {"rollout_reinit": "gaining_rollout"},
+}
+"""Phases that run on moves of one direction only: engines start only where rollout gains GPUs,
+and the overlapped strategy's role switch sets up arriving trainers, which a move towards rollout
+does not have."""
 GROWS_WITH_WEIGHTS = {"stop_and_rebuild": {"worker_reinit", "postprocess"}, "overlapped": set()}
 """Phases that move no state but whose time grows with the model: stop-and-rebuild's new actors
 build the model from scratch, and its post-processing reloads the rollout engines' weights."""
@@ -98,14 +102,11 @@ def _move(resize: dict) -> tuple[Allocation, Allocation]:
 
 def _runs_on(strategy: str, name: str, resize: dict) -> bool:
     """Whether the phase runs on this resize's move (the twin's rule)."""
-    from dynaresize.traces.phases import PhaseName
     from dynaresize.twin.costs.resize import PhaseCostParams, runs_on_move
 
     before, after = _move(resize)
     spec = PhaseCostParams(base_s=0.0, on_moves=ONE_DIRECTION[strategy].get(name, "any"))
-    return runs_on_move(
-        PhaseName(name), spec, gains_rollout=after.rollout_gpus > before.rollout_gpus
-    )
+    return runs_on_move(spec, gains_rollout=after.rollout_gpus > before.rollout_gpus)
 
 
 def _share(strategy: str, name: str, resize: dict) -> float:

@@ -42,6 +42,7 @@ from .costs.resize import (
     changed_owner_fraction,
     gb_moved,
     plan_resize,
+    runs_on_move,
     topological_order,
 )
 from .fit import FitError, FitInputs, StageFit
@@ -232,17 +233,17 @@ def fit_resize_phases(
                 "host_sync from the overlapped table, so fit runs of overlapped or stop_and_rebuild"
             )
             continue
-        if phase is PhaseName.ROLLOUT_REINIT:
-            # Engines start only where the rollout side gains GPUs; elsewhere the phase is empty.
-            group = group[_gains_rollout(group)]
-            if group.empty:
-                continue
         prior = updated[strategy].get(phase)
         if prior is None:
             notes.append(
                 f"{strategy.value}.{phase.value} was measured ({len(group)} records) but the "
                 "configured DAG has no such phase: not fitted"
             )
+            continue
+        # A phase that runs on moves of one direction only is fitted on those moves.
+        gains = _gains_rollout(group)
+        group = group[[runs_on_move(prior, gains_rollout=bool(g)) for g in gains]]
+        if group.empty:
             continue
         prior = _measured_placement(records, strategy, phase, prior, updated[strategy], notes)
         prior = _recorded_accounting(group, prior, model, notes, f"{strategy.value}.{phase.value}")

@@ -23,7 +23,7 @@ from enum import Enum
 
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .memory import GB, ModelConfig
 
@@ -97,7 +97,8 @@ class PhaseCostParams(BaseModel):
     on_moves: MoveDirection = Field(
         default=MoveDirection.ANY,
         description="The moves the phase runs on (any, gaining_rollout, gaining_training); on "
-        "the others it takes no time. Rollout re-init runs only on moves gaining rollout.",
+        "the others it takes no time. Rollout re-init, which starts engines, is always "
+        "gaining_rollout.",
     )
 
 
@@ -202,6 +203,19 @@ class ResizeCostParams(BaseModel):
         default_factory=_default_overlapped, description="Phases of the overlapped strategy."
     )
 
+    @field_validator("stop_and_rebuild", "overlapped")
+    @classmethod
+    def _engines_start_only_where_rollout_gains(
+        cls, table: dict[PhaseName, PhaseCostParams]
+    ) -> dict[PhaseName, PhaseCostParams]:
+        """A rollout re-init starts engines, which only a move that gives rollout GPUs needs."""
+        reinit = table.get(PhaseName.ROLLOUT_REINIT)
+        if reinit is not None and reinit.on_moves is MoveDirection.GAINING_TRAINING:
+            raise ValueError(
+                "rollout_reinit starts rollout engines: it cannot run on moves gaining training"
+            )
+        return table
+
     @model_validator(mode="after")
     def _acyclic(self) -> ResizeCostParams:
         for strategy in StrategyName:
@@ -209,16 +223,24 @@ class ResizeCostParams(BaseModel):
         return self
 
     def phases(self, strategy: StrategyName) -> dict[PhaseName, PhaseCostParams]:
-        """The phase table of a strategy. `host_sync` does the overlapped strategy's work with
-        nothing overlapped, so it is that table with every phase on the critical path."""
+        """The phase table of a strategy, as plans and fits read it. `host_sync` does the
+        overlapped strategy's work with nothing overlapped, so it is that table with every phase
+        on the critical path. In every table the rollout re-init, which starts engines, runs on
+        moves that give rollout GPUs only (`on_moves: any` is read as that)."""
         if strategy is StrategyName.STOP_AND_REBUILD:
-            return self.stop_and_rebuild
-        if strategy is StrategyName.HOST_SYNC:
-            return {
+            table = self.stop_and_rebuild
+        elif strategy is StrategyName.HOST_SYNC:
+            table = {
                 name: phase.model_copy(update={"critical": True})
                 for name, phase in self.overlapped.items()
             }
-        return self.overlapped
+        else:
+            table = self.overlapped
+        reinit = table.get(PhaseName.ROLLOUT_REINIT)
+        if reinit is None or reinit.on_moves is MoveDirection.GAINING_ROLLOUT:
+            return table
+        gaining = reinit.model_copy(update={"on_moves": MoveDirection.GAINING_ROLLOUT})
+        return {**table, PhaseName.ROLLOUT_REINIT: gaining}
 
     def bandwidth_scale(
         self, link: Link, *, host_bandwidth_gbps: float, interconnect_bandwidth_gbps: float
@@ -402,7 +424,7 @@ def plan_resize(
         if spec.share is MovedShare.CHANGED_OWNER and trainers_before and trainers_after:
             gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
-        if not runs_on_move(name, spec, gains_rollout=starts_rollout_engines):
+        if not runs_on_move(spec, gains_rollout=starts_rollout_engines):
             duration_s, gb = 0.0, 0.0
         end[name] = start_s + duration_s
         planned.append(PlannedPhase(name, start_s, duration_s, spec.critical, int(gb * 1e9)))
@@ -414,10 +436,8 @@ def plan_resize(
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
 
 
-def runs_on_move(name: PhaseName, spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
+def runs_on_move(spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
     """Whether the phase runs on a move of this direction (see `PhaseCostParams.on_moves`)."""
-    if name is PhaseName.ROLLOUT_REINIT and not gains_rollout:
-        return False
     if spec.on_moves is MoveDirection.GAINING_ROLLOUT:
         return gains_rollout
     if spec.on_moves is MoveDirection.GAINING_TRAINING:
