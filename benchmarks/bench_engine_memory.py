@@ -7,7 +7,7 @@ benchmark's models (benchmarks/bench_resize.py). Each engine is built in this pr
 first CUDA device, exactly as a worker builds it, and the growth of the caching allocator's
 reserved and allocated memory is reported, next to the model's own weights for scale.
 
-    python3 tools/devpath.py benchmarks/bench_engine_memory.py [--out FILE.json]
+    python3 benchmarks/bench_engine_memory.py [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ CASES = {
 
 def measure(live: dict) -> dict:
     import torch
+
     from dynaresize.executor.config import LiveConfig
     from dynaresize.executor.worker import LiveWorker
 

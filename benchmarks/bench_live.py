@@ -5,7 +5,7 @@ records and prints and writes a summary. On the lent H200 all workers share the 
 fraction of it each) and talk over gloo; see the written markdown for which figures that makes
 representative.
 
-    python3 tools/devpath.py benchmarks/bench_live.py --device cuda --out-dir results/  # H200
+    python3 benchmarks/bench_live.py --device cuda --out-dir results/  # H200
     python benchmarks/bench_live.py --device cpu                                          # CPU
 
 Writes live_<tag>.json and live_<tag>.md into --out-dir (default benchmarks/results/).
@@ -137,7 +137,7 @@ def markdown(result: dict, device: str) -> str:
         f"{result['num_workers']} workers, a {result['model_params_b']:.2f}B-parameter model, "
         f"{result['samples_per_step']} samples per step, responses capped at "
         f"{result['max_response_tokens']} tokens; whole run {result['wall_s']:.1f} s. "
-        "Command: `python3 tools/devpath.py benchmarks/bench_live.py --device "
+        "Command: `python3 benchmarks/bench_live.py --device "
         f"{device}`.",
         "",
         "## Setup (s)",

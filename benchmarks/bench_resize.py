@@ -11,7 +11,7 @@ the step after that (executor/strategies/measure.py). Phases are reported as rec
 strategy. The physical floor is the bytes the overlapped strategy moves on the critical path over
 the measured host-device bandwidth (the slower direction: staged bytes cross both, pipelined).
 
-    python3 tools/devpath.py benchmarks/bench_resize.py --device cuda \\
+    python3 benchmarks/bench_resize.py --device cuda \\
         --models qwen2-0.5b,qwen2-1.5b --write-preset dynaresize/configs/costs_h200_resize.yaml
 
 Writes benchmarks/results/resize_<device>.json and .md.
@@ -205,6 +205,7 @@ def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) 
 
 def bench_model(model: str, args, on_variant) -> dict:
     import ray
+
     from dynaresize.executor.config import DeviceKind, LiveConfig, StagingSettings
     from dynaresize.executor.strategies.harness import BenchWorker, start_runtime
 
@@ -405,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "host": platform.node(),
         "bandwidth": bandwidth,
-        "command": "python3 tools/devpath.py benchmarks/bench_resize.py " + " ".join(sys.argv[1:]),
+        "command": "python3 benchmarks/bench_resize.py " + " ".join(sys.argv[1:]),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -5,8 +5,8 @@ one process. Every sample generates exactly `--max-new-tokens` tokens (no end-of
 both engines produce the same number of tokens and tokens/s compare directly. Also checks on the
 device that CUDA-graph decoding gives the same greedy tokens as eager decoding.
 
-    python3 tools/devpath.py benchmarks/bench_sampler.py --device cuda --preset qwen2-0.5b
-    python3 tools/devpath.py benchmarks/bench_sampler.py --device cpu --preset tiny  # smoke run
+    python3 benchmarks/bench_sampler.py --device cuda --preset qwen2-0.5b
+    python3 benchmarks/bench_sampler.py --device cpu --preset tiny  # smoke run
 
 Writes sampler_<tag>.json and sampler_<tag>.md to --out.
 """
@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
 from dynaresize.executor.rl.hf_engine import HFGenerateEngine
 from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, ModelSpec, build_model, count_parameters
@@ -194,7 +195,7 @@ def markdown(record: dict) -> str:
         )
     lines += [
         "",
-        "Command: `python3 tools/devpath.py benchmarks/bench_sampler.py --device cuda "
+        "Command: `python3 benchmarks/bench_sampler.py --device cuda "
         f"--preset {cfg['preset']} --batch-size {cfg['batch_size']} "
         f"--max-new-tokens {cfg['max_new_tokens']}`",
         "",

@@ -30,10 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from dynaresize.config import load_run_config
 from dynaresize.twin.config import ScenarioConfig
 from dynaresize.twin.simulate import build_context, simulate
-
-from dynaresize.config import load_run_config
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 5

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
 from dynaresize.traces.importers import import_trace
 from dynaresize.traces.io import Trace, read_trace, write_trace
 from dynaresize.traces.schema import RunMeta

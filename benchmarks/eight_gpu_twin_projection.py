@@ -34,12 +34,11 @@ def regime_switch_step(config) -> int:
 
 
 def project(config_path: Path) -> dict:
+    from dynaresize.config import load_run_config
     from dynaresize.policies.types import Allocation
     from dynaresize.traces.phases import StrategyName
     from dynaresize.twin.optimal import optimum_of_context
     from dynaresize.twin.simulate import build_context, simulate
-
-    from dynaresize.config import load_run_config
 
     config = load_run_config(str(config_path))
     switch = regime_switch_step(config)

@@ -5,7 +5,7 @@
 #   benchmarks/live_gpu_calibration_analysis.sh RUNS_DIR
 #
 # Needs `dynaresize` on PATH (the venv of the README), or DYNARESIZE set to another command
-# (e.g. DYNARESIZE="python3 $PWD/tools/devpath.py -m dynaresize.cli"). Writes, in RUNS_DIR:
+# (e.g. DYNARESIZE="dynaresize"). Writes, in RUNS_DIR:
 #   costs_fitted.yaml, calibrate.txt, validate_long_tail{,.txt}   five fitting runs, held-out long_tail
 #   *_first_three*                                                the first three fitting runs only
 #   costs_in_sample.yaml, in_sample_long_tail.txt, validate_in_sample/   fitted on the held-out run

@@ -17,7 +17,7 @@ contention that a twin of separate devices does not model; in `sync` each stage 
 to itself. Rollout replicas on one device still share it, which the rollout model's
 `replica_contention_per_extra` describes and the fit determines.
 
-    python3 tools/devpath.py benchmarks/live_gpu_calibration_runs.py --out OUT_DIR
+    python3 benchmarks/live_gpu_calibration_runs.py --out OUT_DIR
 
 Each run leaves OUT_DIR/live_gpu_<model>_<preset>/{trace/, scenario.yaml, run_config.yaml};
 then, here (the scenario of the medium model says which model the stage costs are for):
@@ -138,7 +138,7 @@ def run_one(
         config_path = Path(scratch) / "config.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         run_dir = Path(scratch) / "run"
-        command = [sys.executable, str(REPO / "tools" / "devpath.py"), "-m", "dynaresize.cli"]
+        command = [sys.executable, "-m", "dynaresize.cli"]
         command += ["run", "--mode", "live", "--config", str(config_path), "--out", str(run_dir)]
         started = time.perf_counter()
         # Run from the scratch folder: the repository root holds a `dynaresize/` folder without

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from dynaresize.policies.types import Allocation
 
 CHAINS: dict[str, list[str]] = {

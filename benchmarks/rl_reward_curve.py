@@ -5,8 +5,8 @@ single-process loop (KV-cache sampler, GRPO). Besides the reward curve it report
 lengths of the last steps of each run: the share cut at the length cap and p99 / p50, which show
 whether the long tail of the task survives training.
 
-    python3 tools/devpath.py benchmarks/rl_reward_curve.py                 # 3 seeds on CPU
-    python3 tools/devpath.py benchmarks/rl_reward_curve.py --device cuda --seeds 0 --steps 3
+    python3 benchmarks/rl_reward_curve.py                 # 3 seeds on CPU
+    python3 benchmarks/rl_reward_curve.py --device cuda --seeds 0 --steps 3
 
 Writes <tag>.json, <tag>.csv, <tag>.md and <tag>.png to --out.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from dynaresize.executor.rl.engine import FinishReason
 from dynaresize.executor.rl.grpo import GRPOConfig
 from dynaresize.executor.rl.loop import RLConfig, RLLoop, summarise
@@ -150,7 +151,7 @@ def markdown(args: argparse.Namespace, tails: list[dict]) -> str:
         )
     lines += [
         "",
-        f"Command: `python3 tools/devpath.py benchmarks/rl_reward_curve.py --steps {args.steps}`",
+        f"Command: `python3 benchmarks/rl_reward_curve.py --steps {args.steps}`",
         "",
     ]
     return "\n".join(lines)

@@ -5,8 +5,8 @@ For each model dtype: the same requests are generated (a) with CUDA graphs and e
 each alone). Counts samples whose tokens are identical, for greedy decoding and for sampling at
 temperature 1. docs/sampler.md explains why float rounding can make them differ.
 
-    python3 tools/devpath.py benchmarks/sampler_consistency.py --device cuda
-    python3 tools/devpath.py benchmarks/sampler_consistency.py --device cpu --preset tiny
+    python3 benchmarks/sampler_consistency.py --device cuda
+    python3 benchmarks/sampler_consistency.py --device cpu --preset tiny
 
 Writes sampler_consistency_<tag>.json and .md to --out.
 """
@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import torch
+
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
 from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, ModelSpec, build_model
 from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
@@ -136,8 +137,7 @@ def markdown(record: dict) -> str:
         )
     lines += [
         "",
-        "Command: `python3 tools/devpath.py benchmarks/sampler_consistency.py "
-        f"--device {record['device']}`",
+        f"Command: `python3 benchmarks/sampler_consistency.py --device {record['device']}`",
         "",
     ]
     return "\n".join(lines)

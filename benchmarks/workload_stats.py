@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from dynaresize.traces.synthetic import PRESETS, generate_workload
 from dynaresize.twin.costs.rollout import RolloutCostParams
 

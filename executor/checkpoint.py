@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
 from dynaresize.policies.types import Allocation
 from dynaresize.twin.config import ConfigError
 

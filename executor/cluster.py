@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,34 +29,8 @@ class ClusterError(RuntimeError):
 
 
 def worker_env() -> dict[str, str]:
-    """Environment every worker starts with: one thread per library, and the import path.
-
-    When the repository runs uninstalled (tools/devpath.py sets DYNARESIZE_DEVPATH), the workers
-    need the same PYTHONPATH as the driver to import `dynaresize.*`.
-    """
-    env = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if os.environ.get("DYNARESIZE_DEVPATH") == "1" and os.environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    return env
-
-
-@contextlib.contextmanager
-def _cwd_seen_by_workers() -> Iterator[None]:
-    """Ray puts the driver's working directory first on every worker's import path. When the
-    repository runs uninstalled (tools/devpath.py), its root holds a `dynaresize/` folder without
-    the subpackages, which would shadow the link tree the driver imports from; starting Ray from
-    the link tree's root makes the workers import exactly what the driver imports."""
-    if os.environ.get("DYNARESIZE_DEVPATH") != "1":
-        yield
-        return
-    import dynaresize
-
-    before = os.getcwd()
-    os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(dynaresize.__file__))))
-    try:
-        yield
-    finally:
-        os.chdir(before)
+    """Environment every worker starts with: one thread per library (workers share the cores)."""
+    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
 def connect(*, address: str | None, config: LiveConfig) -> bool:
@@ -69,21 +42,19 @@ def connect(*, address: str | None, config: LiveConfig) -> bool:
         return False
     runtime_env = {"env_vars": worker_env()}
     if address is not None:
-        with _cwd_seen_by_workers():
-            ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
         return True
     num_cpus = max(int(os.cpu_count() or 1), int(config.num_workers * config.cpus_per_worker) + 1)
     kwargs: dict[str, Any] = {"num_cpus": num_cpus}
     if config.device is DeviceKind.CUDA:
         kwargs["num_gpus"] = config.num_gpus
-    with _cwd_seen_by_workers():
-        ray.init(
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            runtime_env=runtime_env,
-            log_to_driver=True,
-            **kwargs,
-        )
+    ray.init(
+        _node_ip_address="127.0.0.1",
+        include_dashboard=False,
+        runtime_env=runtime_env,
+        log_to_driver=True,
+        **kwargs,
+    )
     return True
 
 

@@ -24,6 +24,7 @@ from enum import Enum
 
 import torch
 import torch.distributed as dist
+
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import Role
 

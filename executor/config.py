@@ -12,11 +12,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import StrategyName
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .rl.task import RepeatTaskConfig
 

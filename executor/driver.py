@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
 from dynaresize.traces.schema import (

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,

@@ -19,10 +19,11 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dynaresize.traces.io import JsonlTraceWriter
 from dynaresize.traces.schema import RunMeta, StepRecord
 from dynaresize.traces.staged_dir import write_file_atomically
-from pydantic import BaseModel, ConfigDict, Field
 
 TRACE_JSONL = "trace.jsonl"
 TRACE_DIR = "trace"

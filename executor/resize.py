@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ray
+
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from .runtime import Runtime

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from dynaresize.traces.phases import Role
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
+
+from dynaresize.traces.phases import Role
 
 from .config import LiveConfig, RolloutEngines
 from .topology import Topology

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
 from dynaresize.traces.phases import Role
 
 from .batch import RolloutSample

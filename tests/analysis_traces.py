@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta

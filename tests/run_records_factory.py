@@ -8,6 +8,7 @@ through the trace schema's validation, so the frames look exactly like a recorde
 from __future__ import annotations
 
 import pandas as pd
+
 from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 
 NUM_STEPS = 30

@@ -9,6 +9,9 @@ import pandas as pd
 import pytest
 import typer
 from analysis_traces import lognormal_workload, trace_from_costs
+from typer.testing import CliRunner
+
+from dynaresize.commands import breakeven as breakeven_command
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import write_trace
 from dynaresize.twin.breakeven import (
@@ -25,9 +28,6 @@ from dynaresize.twin.breakeven import (
 )
 from dynaresize.twin.costs import CostModels
 from dynaresize.twin.costs.memory import ModelConfig
-from typer.testing import CliRunner
-
-from dynaresize.commands import breakeven as breakeven_command
 
 SIX_TWO, FOUR_FOUR = Allocation.parse("6:2"), Allocation.parse("4:4")
 

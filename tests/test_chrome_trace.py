@@ -6,6 +6,8 @@ import json
 from collections import defaultdict
 
 import pytest
+from run_records_factory import RESIZES, make_run
+
 from dynaresize.traces.chrome_trace import (
     GPU_PID,
     PIPELINE_PID,
@@ -15,7 +17,6 @@ from dynaresize.traces.chrome_trace import (
     write_chrome_trace,
 )
 from dynaresize.traces.schema import ResizePhaseRecord, StepRecord
-from run_records_factory import RESIZES, make_run
 
 
 @pytest.fixture(scope="module")

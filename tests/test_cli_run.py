@@ -8,11 +8,11 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 from twin_scenarios import raw
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
+from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 
 runner = CliRunner()
 

@@ -9,6 +9,9 @@ import multiprocessing as mp
 import pytest
 import torch
 import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.executor.comm_cache import (
     CommunicatorCache,
     GroupKind,
@@ -17,8 +20,6 @@ from dynaresize.executor.comm_cache import (
 )
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import Role
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=100, deadline=None)

@@ -6,12 +6,12 @@ import math
 
 import pytest
 import yaml
-from dynaresize.policies.types import Allocation
-from dynaresize.twin.config import ConfigError, load_config
-from dynaresize.twin.costs.memory import ModelConfig, check_candidate, train_gb_per_gpu
 from twin_scenarios import raw
 
 from dynaresize.config import builtin_config_names, load_run_config, resolve_config_path
+from dynaresize.policies.types import Allocation
+from dynaresize.twin.config import ConfigError, load_config
+from dynaresize.twin.costs.memory import ModelConfig, check_candidate, train_gb_per_gpu
 
 
 def write(tmp_path, data, name="cfg.yaml"):

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.executor.cost_feedback import (
     MatchLevel,
     ResizeCostFeedback,
@@ -17,8 +20,6 @@ from dynaresize.policies.types import (
     StageTimes,
     StepObservation,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 A31, A22, A13 = (Allocation.parse(x) for x in ("3:1", "2:2", "1:3"))
 

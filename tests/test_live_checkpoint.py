@@ -8,6 +8,7 @@ import os
 
 import pytest
 import torch
+
 from dynaresize.executor import checkpoint as ckpt
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
 from dynaresize.policies.types import Allocation

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from dynaresize.executor import driver
-from dynaresize.executor.config import LiveConfig
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
 from dynaresize.config import load_run_config
+from dynaresize.executor import driver
+from dynaresize.executor.config import LiveConfig
 
 
 @pytest.mark.parametrize(

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
+from dynaresize.config import load_run_config
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
 from dynaresize.executor.config import PipelineMode
 from dynaresize.executor.estimates import CandidateEstimator
 from dynaresize.policies.types import Allocation, CostSource, StageTimes
 from dynaresize.traces.phases import PhaseName, StrategyName
-
-from dynaresize.config import load_run_config
 
 SPLITS = tuple(Allocation.parse(x) for x in ("3:1", "2:2", "1:3"))
 

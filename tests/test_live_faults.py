@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import FAULT_FILE, WORKERS_FILE, run_live
 from dynaresize.executor.lineage import check_lineage

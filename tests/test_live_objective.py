@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 import torch
+
 from dynaresize.executor.batch import RolloutSample
 from dynaresize.executor.config import ObjectiveSettings
 from dynaresize.executor.objective import group_advantages, microbatch_loss

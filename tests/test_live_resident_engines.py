@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+
 from dynaresize.executor.cluster import start
 from dynaresize.executor.config import LiveConfig, RolloutEngines
 from dynaresize.executor.driver import LiveSession

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+
 from dynaresize.executor import checkpoint as ckpt
 from dynaresize.executor.cluster import start
 from dynaresize.executor.config import LiveConfig

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.executor.shards import (
     OPTIMIZER_TENSORS,
     ShardLayout,
@@ -13,8 +16,6 @@ from dynaresize.executor.shards import (
     shards_from_full,
     sources_of,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def _vectors(numel: int, seed: int) -> dict[str, torch.Tensor]:

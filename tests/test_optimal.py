@@ -6,6 +6,10 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
 from dynaresize.twin.optimal import (
     best_static,
     offline_optimum,
@@ -13,9 +17,6 @@ from dynaresize.twin.optimal import (
     schedule_total_s,
     uniform_resize_matrix,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 
 
 def brute_force(step_s, resize_s, initial_index, move_before_first_step=False):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from dynaresize.twin import plots
 from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from run_records_factory import RESIZES, make_run
+
+from dynaresize.twin import plots
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -5,9 +5,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from dynaresize.policies import build_policy, signals
-from dynaresize.policies.hysteresis import HysteresisConfig
-from dynaresize.policies.moves import MoveMode
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from policy_observations import (
@@ -17,6 +14,10 @@ from policy_observations import (
     scaling_model,
     times_with_imbalance,
 )
+
+from dynaresize.policies import build_policy, signals
+from dynaresize.policies.hysteresis import HysteresisConfig
+from dynaresize.policies.moves import MoveMode
 
 
 def observed_imbalance(x: float) -> float:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from policy_observations import EIGHT_GPU_SPLITS, alloc
+
 from dynaresize.policies import (
     CandidatePrediction,
     StageTimes,
@@ -9,9 +13,6 @@ from dynaresize.policies import (
     build_policy,
 )
 from dynaresize.policies.payback import PaybackConfig
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from policy_observations import EIGHT_GPU_SPLITS, alloc
 
 seconds = st.floats(0.0, 500.0, allow_nan=False)
 

@@ -7,9 +7,10 @@ comments show the arithmetic.
 from __future__ import annotations
 
 import pytest
+from policy_observations import make_obs
+
 from dynaresize.policies import build_policy
 from dynaresize.policies.hpa import raw_recommendation
-from policy_observations import make_obs
 
 
 def decide_each(policy, steps):

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from policy_observations import make_obs, run_closed_loop, times_with_imbalance
+from pydantic import BaseModel, Field, ValidationError
+
 from dynaresize.policies import (
     POLICY_CONFIG_CLASSES,
     Policy,
@@ -15,10 +20,6 @@ from dynaresize.policies import (
 )
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import _index_by_kind
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from policy_observations import make_obs, run_closed_loop, times_with_imbalance
-from pydantic import BaseModel, Field, ValidationError
 
 ALL_KINDS = [
     "static",

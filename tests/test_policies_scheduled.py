@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from dynaresize.policies import build_policy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_observations import EIGHT_GPU_SPLITS, make_obs, run_closed_loop
+
+from dynaresize.policies import build_policy
 
 
 @st.composite

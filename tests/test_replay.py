@@ -8,6 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_traces import lognormal_workload, trace_from_costs
+from typer.testing import CliRunner
+
+from dynaresize.cli import app
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.analysis_context import context_from_config
@@ -22,9 +25,6 @@ from dynaresize.twin.replay import (
 )
 from dynaresize.twin.simulate import build_context, simulate
 from dynaresize.twin.trace_source import workload_samples
-from typer.testing import CliRunner
-
-from dynaresize.cli import app
 
 
 def _scenario(num_steps: int) -> ScenarioConfig:

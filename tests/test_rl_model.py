@@ -6,6 +6,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pydantic import ValidationError  # noqa: E402
+
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams  # noqa: E402
 from dynaresize.executor.rl.hf_engine import HFGenerateEngine  # noqa: E402
 from dynaresize.executor.rl.model import (  # noqa: E402
@@ -17,7 +19,6 @@ from dynaresize.executor.rl.model import (  # noqa: E402
 )
 from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
-from pydantic import ValidationError  # noqa: E402
 
 
 def test_same_spec_same_weights_and_task_vocabulary():

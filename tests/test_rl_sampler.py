@@ -8,6 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
 from dynaresize.executor.rl.decoder import UnsupportedModelError  # noqa: E402
 from dynaresize.executor.rl.engine import (  # noqa: E402
     FinishReason,
@@ -33,8 +36,6 @@ from dynaresize.executor.rl.sampling import (  # noqa: E402
     sample_keys,
 )
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 EOS = TOKENIZER.eos_token_id
 

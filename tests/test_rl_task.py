@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
+
 from dynaresize.executor.rl.task import (
     TOKENIZER,
     RepeatTask,
     RepeatTaskConfig,
     TaskInputError,
 )
-from pydantic import ValidationError
 
 EOS = TOKENIZER.eos_token_id
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.traces.workload import Workload
 from dynaresize.twin.costs import rollout_kernels
 from dynaresize.twin.costs.rollout import RolloutCostParams, rollout_stage_s, rollout_stage_s_many
 from dynaresize.twin.costs.rollout_kernels import KernelBackend, replica_counts
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 BACKENDS = [KernelBackend.NUMPY]
 if rollout_kernels._numba_kernel() is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from dynaresize.traces.workload import Workload
 from dynaresize.twin.costs.rollout import (
     RolloutCostParams,

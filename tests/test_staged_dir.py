@@ -4,6 +4,7 @@ merges as asked."""
 from __future__ import annotations
 
 import pytest
+
 from dynaresize.traces.staged_dir import staged_dir
 
 

@@ -15,6 +15,9 @@ import time
 import psutil
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.executor.staging import (
     MIB,
     StagingConfig,
@@ -24,8 +27,6 @@ from dynaresize.executor.staging import (
     TensorSpec,
     plan_chunks,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 CPU = torch.device("cpu")
 

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.executor.shards import ShardLayout
 from dynaresize.executor.strategies.measure import resize_costs
 from dynaresize.executor.strategies.plan import reshard_moves
 from dynaresize.executor.topology import Topology
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @settings(max_examples=150, deadline=None)
@@ -94,8 +95,9 @@ def live_config():
 
 @pytest.fixture(scope="module")
 def runtime(live_config, _ray_started):
-    from dynaresize.executor.strategies.harness import start_runtime
     from ray.util.placement_group import remove_placement_group
+
+    from dynaresize.executor.strategies.harness import start_runtime
 
     rt, group, started = start_runtime(live_config)
     yield rt

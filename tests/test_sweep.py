@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from dynaresize.cli import app
 from dynaresize.twin import sweep as sweep_module
 from dynaresize.twin import sweep_eval
 from dynaresize.twin.config import ConfigError, ScenarioConfig
@@ -19,11 +24,6 @@ from dynaresize.twin.sweep_space import (
     parse_scalar,
     random_points,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from typer.testing import CliRunner
-
-from dynaresize.cli import app
 
 SMALL = {
     "name": "small",
@@ -317,6 +317,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, extra, message):
 
 def test_calibrated_costs_change_the_runs_as_in_a_single_simulation(config, tmp_path):
     import yaml
+
     from dynaresize.twin.costs import load_costs
 
     costs_path = tmp_path / "costs.yaml"

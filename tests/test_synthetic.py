@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dynaresize.traces.synthetic import (
     PRESETS,
     LengthComponent,
@@ -12,8 +15,6 @@ from dynaresize.traces.synthetic import (
     generate_workload,
     preset,
 )
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 def constant(name: str, tokens: float, weight: float = 1.0) -> LengthComponent:

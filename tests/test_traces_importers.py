@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 import typer
+
+from dynaresize.commands.guard import user_errors
 from dynaresize.traces.errors import TraceError
 from dynaresize.traces.importers import (
     CsvMapping,
@@ -18,8 +20,6 @@ from dynaresize.traces.importers import (
 )
 from dynaresize.traces.io import TABLES, read_trace, write_trace
 from dynaresize.traces.schema import PipelineMode
-
-from dynaresize.commands.guard import user_errors
 
 GEN_ASYNC = [30.0, 32.0, 20.0, 35.0]
 WAIT = [30.0, 12.0, 0.5, 14.0]

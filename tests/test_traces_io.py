@@ -12,13 +12,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trace_factory import small_trace, step_record
+
 from dynaresize.traces.errors import TraceError
 from dynaresize.traces.io import TABLES, JsonlTraceWriter, Trace, read_trace, write_trace
 from dynaresize.traces.schema import RunMeta, StepRecord
 from dynaresize.traces.validation import validate_steps_frame
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from trace_factory import small_trace, step_record
 
 
 def assert_same_trace(a: Trace, b: Trace) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from analysis_traces import with_phase_updates
+
 from dynaresize.policies.types import Allocation, CostSource
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.twin.config import ConfigError

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_traces import with_phase_updates
+
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
@@ -261,10 +262,10 @@ def measured_cluster_config(tmp_path) -> str:
 
 def test_calibrate_command_writes_fitted_resize_phases(tmp_path, three_sizes):
     import yaml
-    from dynaresize.traces.io import write_trace
     from typer.testing import CliRunner
 
     from dynaresize.cli import app
+    from dynaresize.traces.io import write_trace
 
     config = measured_cluster_config(tmp_path)
     paths = []

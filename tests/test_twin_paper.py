@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dynaresize.twin.simulate import build_context, simulate
 
 from dynaresize.config import load_run_config
+from dynaresize.twin.simulate import build_context, simulate
 
 
 @pytest.fixture(scope="module")

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from dynaresize.traces.phases import PhaseName
-from dynaresize.twin.simulate import build_context, simulate
-from dynaresize.twin.step_costs import step_time_matrix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from twin_scenarios import scenario
+
+from dynaresize.traces.phases import PhaseName
+from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.step_costs import step_time_matrix
 
 MODES = [
     {"mode": "sync"},

@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from twin_scenarios import scenario
+
 from dynaresize.policies.static import StaticConfig
 from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 from dynaresize.traces.synthetic import generate_workload
 from dynaresize.twin.simulate import build_context, simulate
 from dynaresize.twin.summary import count_thrash
-from twin_scenarios import scenario
 
 
 def _missing(value: object) -> bool:

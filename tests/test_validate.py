@@ -9,6 +9,10 @@ import pandas as pd
 import pytest
 import typer
 import yaml
+from twin_scenarios import raw, scenario
+from typer.testing import CliRunner
+
+from dynaresize.commands import validate as validate_command
 from dynaresize.policies.types import CostSource
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import RunMeta
@@ -20,10 +24,6 @@ from dynaresize.twin.validate import (
     recorded_decision_schedule,
     validate_trace,
 )
-from twin_scenarios import raw, scenario
-from typer.testing import CliRunner
-
-from dynaresize.commands import validate as validate_command
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
 DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data"

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import StrategyName
 from dynaresize.traces.synthetic import WorkloadConfig, resolve_workload_spec
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .costs import CostModels
 from .costs.memory import ModelConfig, check_candidate

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import simpy
+
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
+
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import write_chrome_trace

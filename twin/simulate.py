@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Policy

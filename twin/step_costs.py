@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.workload import Workload
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from dynaresize.policies.types import Allocation
 
 from ..comm_cache import CommunicatorCache, GroupKind

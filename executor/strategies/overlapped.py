@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 
-from dynaresize.traces.phases import PhaseName, StrategyName
 from pydantic import BaseModel, ConfigDict, Field
+
+from dynaresize.traces.phases import PhaseName, StrategyName
 
 from ..resize import (
     PhaseLog,

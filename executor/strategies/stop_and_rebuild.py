@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..cluster import PLACEMENT_GROUP_NAME, start_workers

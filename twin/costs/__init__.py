@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dynaresize.policies.types import CostSource
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dynaresize.policies.types import CostSource
 
 from .resize import ResizeCostParams
 from .rollout import RolloutCostParams

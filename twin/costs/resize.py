@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .memory import GB, ModelConfig
 
