@@ -11,13 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from dynaresize.executor.config import LiveConfig
-from dynaresize.twin.config import (
+from dynaresize.config_io import (
     ConfigError,
-    ScenarioConfig,
+    deep_merge,
     format_validation_error,
     load_yaml_mapping,
 )
+from dynaresize.executor.config import LiveConfig
+from dynaresize.twin.config import ScenarioConfig
 
 BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -67,8 +68,6 @@ def resolve_config_path(name_or_path: str) -> Path:
 
 def load_run_config(name_or_path: str, *, overrides: dict[str, Any] | None = None) -> RunConfig:
     """Load, apply nested `overrides` (e.g. from command-line options) and validate."""
-    from dynaresize.twin.costs import deep_merge
-
     path = resolve_config_path(name_or_path)
     data = load_yaml_mapping(path)
     if overrides:

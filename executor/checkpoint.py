@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation
-from dynaresize.twin.config import ConfigError
 
 from .batch import RolloutBatch, batch_from_json, batch_to_json
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
 from dynaresize.traces.schema import (
@@ -34,7 +35,7 @@ from dynaresize.traces.schema import (
     SampleRecord,
     StepRecord,
 )
-from dynaresize.twin.config import ConfigError, ScenarioConfig
+from dynaresize.twin.config import ScenarioConfig
 
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly

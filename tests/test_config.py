@@ -9,8 +9,9 @@ import yaml
 from twin_scenarios import raw
 
 from dynaresize.config import builtin_config_names, load_run_config, resolve_config_path
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation
-from dynaresize.twin.config import ConfigError, load_config
+from dynaresize.twin.config import load_config
 from dynaresize.twin.costs.memory import ModelConfig, check_candidate, train_gb_per_gpu
 
 

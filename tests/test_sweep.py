@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
+from dynaresize.config_io import ConfigError
 from dynaresize.twin import sweep as sweep_module
 from dynaresize.twin import sweep_eval
-from dynaresize.twin.config import ConfigError, ScenarioConfig
+from dynaresize.twin.config import ScenarioConfig
 from dynaresize.twin.simulate import simulate
 from dynaresize.twin.sweep import plan_sweep, run_sweep
 from dynaresize.twin.sweep_space import (

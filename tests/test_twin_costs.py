@@ -9,9 +9,9 @@ import pytest
 import yaml
 from analysis_traces import with_phase_updates
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation, CostSource
 from dynaresize.traces.phases import PhaseName, StrategyName
-from dynaresize.twin.config import ConfigError
 from dynaresize.twin.costs import CostModels, load_costs
 from dynaresize.twin.costs.memory import ModelConfig
 from dynaresize.twin.costs.resize import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from dynaresize.config_io import deep_merge
 from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.costs import deep_merge
 
 BASE: dict[str, Any] = {
     "name": "tiny",

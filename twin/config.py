@@ -1,9 +1,9 @@
 """The scenario a twin run simulates: cluster, model, workload, costs, pipeline and policies.
 
 Everything is a pydantic model with units in field names and a description per field, loaded from
-YAML with `yaml.safe_load`. Validation happens when the config is built, so a bad topology, a
-negative bandwidth or a memory-infeasible candidate fails before anything is simulated, with one
-`ConfigError` line naming the file and the field.
+YAML through `dynaresize.config_io`. Validation happens when the config is built, so a bad
+topology, a negative bandwidth or a memory-infeasible candidate fails before anything is
+simulated, with one `ConfigError` line naming the file and the field.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from dynaresize.config_io import ConfigError, format_validation_error, load_yaml_mapping
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import StrategyName
@@ -36,10 +36,6 @@ __all__ = [
     "load_config",
     "load_yaml_mapping",
 ]
-
-
-class ConfigError(ValueError):
-    """A user's config is wrong. The message names the file and the field."""
 
 
 class _Strict(BaseModel):
@@ -232,35 +228,6 @@ class ScenarioConfig(_Strict):
                 f"simulation.baseline_allocation {base.label} is not among candidate_topologies"
             )
         return self
-
-
-def format_validation_error(err: ValidationError, source: str | None = None) -> str:
-    """One line naming the file (where known) and, per problem, the dotted field path."""
-    parts = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e.get("loc", ()))
-        msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{loc}: {msg}" if loc else msg)
-    return (f"{source}: " if source else "") + "; ".join(parts)
-
-
-def load_yaml_mapping(path: str | Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping; every failure is a ConfigError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}:{where}: invalid YAML: {problem}") from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of fields, got {type(data).__name__}")
-    return data
 
 
 def load_config(path: str | Path) -> ScenarioConfig:

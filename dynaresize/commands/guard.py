@@ -20,7 +20,7 @@ def input_error_types() -> tuple[type[BaseException], ...]:
     """Exception types that mean bad input, collected from the packages that define them."""
     types: list[type[BaseException]] = [FileNotFoundError, IsADirectoryError, ValidationError]
     for module, name in [
-        ("dynaresize.twin.config", "ConfigError"),
+        ("dynaresize.config_io", "ConfigError"),
         ("dynaresize.traces.errors", "TraceError"),
     ]:
         with contextlib.suppress(ImportError, AttributeError):
@@ -37,7 +37,7 @@ def user_errors(source: str | None = None) -> Iterator[None]:
     except input_error_types() as err:
         if isinstance(err, ValidationError):
             # Imported on error only: the twin's config module is slow to import.
-            from dynaresize.twin.config import format_validation_error
+            from dynaresize.config_io import format_validation_error
 
             message = format_validation_error(err, source)
         elif isinstance(err, FileNotFoundError):

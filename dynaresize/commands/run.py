@@ -127,7 +127,7 @@ def _run_replay(config, policy, costs, out, trace) -> None:
     except ImportError:
         _not_available(Mode.REPLAY)
     from dynaresize.commands.table import print_table
-    from dynaresize.twin.config import ConfigError
+    from dynaresize.config_io import ConfigError
 
     with user_errors(str(trace) if trace else None):
         if trace is None:
@@ -168,7 +168,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
     except ImportError:
         _not_available(Mode.LIVE)
     from dynaresize.config import load_run_config
-    from dynaresize.twin.config import ConfigError
+    from dynaresize.config_io import ConfigError
     from dynaresize.twin.sim_run import default_out_dir
 
     with user_errors(config):

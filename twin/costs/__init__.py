@@ -12,6 +12,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from dynaresize.config_io import (
+    ConfigError,
+    deep_merge,
+    format_validation_error,
+    load_yaml_mapping,
+)
 from dynaresize.policies.types import CostSource
 
 from .resize import ResizeCostParams
@@ -25,7 +31,6 @@ __all__ = [
     "RolloutCostParams",
     "SyncCostParams",
     "TrainCostParams",
-    "deep_merge",
     "load_costs",
 ]
 
@@ -59,23 +64,11 @@ class CostModels(BaseModel):
         return CostModels.model_validate(merged)
 
 
-def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def load_costs(path: str | Path, base: CostModels | None = None) -> CostModels:
     """Cost parameters from a YAML file overriding any subset of `base` (defaults if None).
 
     A file that does not say otherwise is taken as calibrated: that is what such files are for.
     """
-    from dynaresize.twin.config import ConfigError, format_validation_error, load_yaml_mapping
-
     overrides = load_yaml_mapping(path)
     overrides.setdefault("cost_source", CostSource.CALIBRATED.value)
     try:
