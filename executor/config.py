@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
-from dynaresize.traces.phases import StrategyName
+from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from .rl.task import RepeatTaskConfig
 
@@ -31,13 +31,8 @@ class DeviceKind(str, Enum):
     """CUDA devices. With fewer GPUs than workers, workers share them (gloo between ranks)."""
 
 
-class PipelineMode(str, Enum):
-    """How rollout and training overlap; the same names as the twin's pipeline modes."""
-
-    SYNC = "sync"
-    """Rollout of batch k, then training on it, then weight sync."""
-    ONE_STEP_OFF = "one_step_off"
-    """Rollout of batch k+1 (weights of version k) overlaps training on batch k."""
+LIVE_PIPELINE_MODES = (PipelineMode.SYNC, PipelineMode.ONE_STEP_OFF)
+"""The pipeline modes the live executor runs."""
 
 
 class RolloutEngines(str, Enum):
@@ -185,6 +180,14 @@ class LiveConfig(BaseModel):
     worker_timeout_s: float = Field(
         default=600.0, gt=0, description="Longest a single worker call may take before failing."
     )
+
+    @field_validator("pipeline")
+    @classmethod
+    def _live_pipeline(cls, mode: PipelineMode) -> PipelineMode:
+        if mode not in LIVE_PIPELINE_MODES:
+            live = ", ".join(m.value for m in LIVE_PIPELINE_MODES)
+            raise ValueError(f"the live executor runs {live}; {mode.value} is not one of them")
+        return mode
 
     @field_validator("candidate_allocations", mode="before")
     @classmethod

@@ -179,9 +179,7 @@ class LiveSession:
             num_gpus=self.live.num_workers,
             model_name=json.dumps(self.live.model, sort_keys=True),
             model_params_b=self.numel / 1e9,
-            pipeline_mode="one_step_off"
-            if self.live.pipeline is PipelineMode.ONE_STEP_OFF
-            else "sync_disaggregated",
+            pipeline_mode=self.live.pipeline,
             start_train_gpus=self.runtime.topology.allocation.train_gpus,
             start_rollout_gpus=self.runtime.topology.allocation.rollout_gpus,
             notes=[

@@ -8,7 +8,7 @@ import yaml
 
 from dynaresize.config import load_run_config
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
-from dynaresize.executor.config import PipelineMode
+from dynaresize.executor.config import LIVE_PIPELINE_MODES, PipelineMode
 from dynaresize.executor.estimates import CandidateEstimator
 from dynaresize.policies.types import Allocation, CostSource, StageTimes
 from dynaresize.traces.phases import PhaseName, StrategyName
@@ -39,7 +39,7 @@ def times(step: int, split: str, rollout_s: float, train_s: float, sync_s: float
     )
 
 
-@pytest.mark.parametrize("pipeline", list(PipelineMode))
+@pytest.mark.parametrize("pipeline", LIVE_PIPELINE_MODES)
 def test_stage_times_scale_with_the_gpus_of_each_role(pipeline) -> None:
     recent = (times(0, "2:2", 4.0, 2.0, 0.5), times(1, "2:2", 6.0, 4.0, 0.5))
     got = {

@@ -363,7 +363,7 @@ def test_openrlhf_sequential_and_areal_wait(tmp_path):
         [[0, 2.0, 20.0, 1.0]],
     )
     areal = import_trace(tmp_path / "a.csv", mapping="areal")
-    assert areal.meta.pipeline_mode is PipelineMode.FULLY_ASYNC
+    assert areal.meta.pipeline_mode is PipelineMode.ASYNC
     np.testing.assert_allclose(areal.steps[["rollout_s", "step_s"]].iloc[0], [2.0, 23.0])
     assert any("a lower bound" in n for n in areal.meta.notes)
 

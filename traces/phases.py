@@ -35,6 +35,35 @@ class PhaseName(str, Enum):
     """Async pipelines only: in-flight samples on leaving rollout GPUs are finished or aborted."""
 
 
+class PipelineMode(str, Enum):
+    """How rollout and training share the GPUs and overlap in time: one name in configs, the
+    twin's pipeline, the live executor and the trace's `RunMeta.pipeline_mode`."""
+
+    SYNC = "sync"
+    """Separate Rollout and Training GPUs; rollout of batch k, then training on it, then weight
+    sync: nothing overlaps."""
+    ONE_STEP_OFF = "one_step_off"
+    """Separate GPUs; rollout of batch k+1 (weights of version k) overlaps training on batch k,
+    then weights sync (veRL's one-step-off baseline, the paper's)."""
+    ASYNC = "async"
+    """Separate GPUs; rollout streams batches back to back, at most `max_staleness_steps` weight
+    versions old."""
+    COLOCATED = "colocated"
+    """Every GPU takes both roles in turn (veRL's hybrid engine): generate, then train. Traces
+    record it; the twin and the executor run disaggregated pipelines only."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> PipelineMode | None:
+        """Trace schema v1 spelled two modes differently; old traces keep reading."""
+        return _PIPELINE_MODE_ALIASES.get(str(value))
+
+
+_PIPELINE_MODE_ALIASES = {
+    "sync_disaggregated": PipelineMode.SYNC,
+    "fully_async": PipelineMode.ASYNC,
+}
+
+
 class StrategyName(str, Enum):
     """How a resize is carried out; the same names in the twin and the executor."""
 

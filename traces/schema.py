@@ -13,11 +13,10 @@ docs/trace-schema.md describes every field and its unit.
 from __future__ import annotations
 
 import math
-from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .phases import PhaseName, Role, StrategyName
+from .phases import PhaseName, PipelineMode, Role, StrategyName
 
 SCHEMA_VERSION = 1
 
@@ -116,19 +115,6 @@ class DecisionRecord(_Record):
 
 
 # --- Extensions of v1 (optional records; nothing above is renamed) ---------------------------
-
-
-class PipelineMode(str, Enum):
-    """How rollout and training share the GPUs in the run a trace describes."""
-
-    COLOCATED = "colocated"
-    """Every GPU takes both roles in turn (verl's hybrid engine): generate, then train."""
-    SYNC_DISAGGREGATED = "sync_disaggregated"
-    """Separate Rollout and Training GPUs, but each step waits for its own rollout."""
-    ONE_STEP_OFF = "one_step_off"
-    """Separate GPUs; rollout of batch k+1 overlaps training on batch k (the paper's baseline)."""
-    FULLY_ASYNC = "fully_async"
-    """Separate GPUs; rollout streams samples continuously, staleness bounded by a window."""
 
 
 class RunMeta(BaseModel):

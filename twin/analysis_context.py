@@ -14,7 +14,6 @@ from pathlib import Path
 
 from ..policies.types import Allocation
 from ..traces.io import Trace
-from ..traces.schema import PipelineMode as TracePipelineMode
 from ..traces.workload import Workload
 from .config import ClusterConfig, ConfigError, PipelineMode, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
@@ -28,13 +27,10 @@ GPU_MEMORY_GB = {"H20": 96.0, "H100": 80.0, "H800": 80.0, "H200": 141.0, "A100":
 
 _USABLE_MEMORY_FRACTION = ClusterConfig.model_fields["usable_memory_fraction"].default
 
-_MODES = {
-    TracePipelineMode.ONE_STEP_OFF: PipelineMode.ONE_STEP_OFF,
-    TracePipelineMode.SYNC_DISAGGREGATED: PipelineMode.SYNC,
-    # What-ifs of a colocated run are disaggregated; one-step-off is the usual such setup.
-    TracePipelineMode.COLOCATED: PipelineMode.ONE_STEP_OFF,
-    TracePipelineMode.FULLY_ASYNC: PipelineMode.ASYNC,
-}
+
+def _simulated_mode(mode: PipelineMode) -> PipelineMode:
+    """What-ifs of a colocated run are disaggregated; one-step-off is the usual such setup."""
+    return PipelineMode.ONE_STEP_OFF if mode is PipelineMode.COLOCATED else mode
 
 
 @dataclass(frozen=True)
@@ -146,7 +142,7 @@ def context_from_config(
 
 def _start_allocation(traces: list[Trace], assumptions: list[str]) -> Allocation:
     meta = traces[0].meta if traces else None
-    if meta is not None and meta.pipeline_mode is TracePipelineMode.COLOCATED:
+    if meta is not None and meta.pipeline_mode is PipelineMode.COLOCATED:
         first = traces[0].steps.iloc[0] if len(traces[0].steps) else None
         total = meta.num_gpus or (int(first["train_gpus"]) if first is not None else 8)
         train, rollout = total - total // 2, total // 2
@@ -208,7 +204,7 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
         f"({', '.join(candidates)}), rollout tensor-parallel size 1"
         + (f"; left out for memory: {', '.join(dropped)}" if dropped else "")
     )
-    mode = _MODES.get(meta.pipeline_mode) if meta and meta.pipeline_mode else None
+    mode = _simulated_mode(meta.pipeline_mode) if meta and meta.pipeline_mode else None
     if mode is None:
         mode = PipelineMode.ONE_STEP_OFF
         assumptions.append("pipeline mode not given: assumed one_step_off")

@@ -427,9 +427,9 @@ def breakeven_for_trace(
             f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
             "costlier direction"
         )
-    from ..traces.schema import PipelineMode as TracePipelineMode
+    from ..traces.phases import PipelineMode
 
-    if trace.meta.pipeline_mode is TracePipelineMode.COLOCATED:
+    if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
         current = context.initial  # no split was used; the context says which one is assumed
     else:
         current = most_used_allocation(trace.steps)

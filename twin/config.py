@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dynaresize.config_io import ConfigError, format_validation_error, load_yaml_mapping
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.types import Allocation
-from dynaresize.traces.phases import StrategyName
+from dynaresize.traces.phases import PipelineMode, StrategyName
 from dynaresize.traces.synthetic import WorkloadConfig, resolve_workload_spec
 
 from .costs import CostModels
@@ -119,15 +119,6 @@ class ClusterConfig(_Strict):
         return self
 
 
-class PipelineMode(str, Enum):
-    SYNC = "sync"
-    """Rollout of batch k, then training on it, then weight sync: nothing overlaps."""
-    ONE_STEP_OFF = "one_step_off"
-    """Rollout of batch k+1 overlaps training on batch k, then weights sync (veRL's baseline)."""
-    ASYNC = "async"
-    """Rollout streams batches back to back, at most `max_staleness_steps` weight versions old."""
-
-
 class InFlightHandling(str, Enum):
     DRAIN = "drain"
     """A resize waits for the rollout batch in flight to finish on the old allocation."""
@@ -155,6 +146,16 @@ class PipelineConfig(_Strict):
         default=StrategyName.OVERLAPPED,
         description="How a resize is carried out: stop_and_rebuild or overlapped.",
     )
+
+    @field_validator("mode")
+    @classmethod
+    def _disaggregated(cls, mode: PipelineMode) -> PipelineMode:
+        if mode is PipelineMode.COLOCATED:
+            raise ValueError(
+                "colocated runs are replayed from their traces, not simulated; the twin's "
+                "pipelines are sync, one_step_off and async"
+            )
+        return mode
 
 
 class SimulationConfig(_Strict):

@@ -27,7 +27,7 @@ import pandas as pd
 from ..policies.registry import parse_policy_config, parse_policy_spec
 from ..policies.types import Allocation
 from ..traces.io import Trace
-from ..traces.schema import PipelineMode as TracePipelineMode
+from ..traces.phases import PipelineMode
 from ..traces.staged_dir import staged_dir
 from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
 from .config import ConfigError
@@ -234,7 +234,7 @@ def replay_trace(
 
 def is_colocated(trace: Trace) -> bool:
     """A hybrid-engine run: every GPU took both roles in turn (no split to replay)."""
-    return trace.meta.pipeline_mode is TracePipelineMode.COLOCATED
+    return trace.meta.pipeline_mode is PipelineMode.COLOCATED
 
 
 def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFrame:

@@ -22,12 +22,11 @@ from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
-from dynaresize.traces.schema import PipelineMode as TracePipelineMode
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
-from .config import ConfigError, PipelineMode, ScenarioConfig
+from .config import ConfigError, ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimContext, SimResult, build_context, simulate
 
@@ -162,20 +161,13 @@ def default_out_dir(runs_dir: str | Path) -> Path:
     return candidate
 
 
-_TRACE_MODE = {
-    PipelineMode.SYNC: TracePipelineMode.SYNC_DISAGGREGATED,
-    PipelineMode.ONE_STEP_OFF: TracePipelineMode.ONE_STEP_OFF,
-    PipelineMode.ASYNC: TracePipelineMode.FULLY_ASYNC,
-}
-
-
 def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool) -> None:
     config = result.context.config
     meta = RunMeta(
         source="twin",
         num_gpus=config.cluster.total_gpus,
         model_params_b=config.model.num_params_b,
-        pipeline_mode=_TRACE_MODE[config.pipeline.mode],
+        pipeline_mode=config.pipeline.mode,
         start_train_gpus=config.cluster.initial_allocation.train_gpus,
         start_rollout_gpus=config.cluster.initial_allocation.rollout_gpus,
         labels={"policy": name, "scenario": config.name},

@@ -33,7 +33,7 @@ from .common import (
 STEP_COLUMN_CANDIDATES = ("step", "Step", "_step", "global_step", "train/global_step")
 """Where the step number is looked for when the mapping does not name a column."""
 
-_SEQUENTIAL = (PipelineMode.COLOCATED, PipelineMode.SYNC_DISAGGREGATED)
+_SEQUENTIAL = (PipelineMode.COLOCATED, PipelineMode.SYNC)
 
 
 class CsvMapping(BaseModel):
@@ -342,7 +342,7 @@ def _idle(mode, step_s, rollout, train, sync, wait, t_gpus, r_gpus, notes):
     if mode is PipelineMode.COLOCATED:
         notes.append("colocated: idle GPU-seconds are 0 and train_gpus = rollout_gpus = all GPUs")
         return np.zeros(n), np.zeros(n)
-    if mode is PipelineMode.SYNC_DISAGGREGATED:
+    if mode is PipelineMode.SYNC:
         notes.append("idle GPU-seconds = (step_s - own stage time) x the role's GPUs")
         return (
             np.clip(step_s - train, 0, None) * t_gpus,

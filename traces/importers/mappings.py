@@ -27,7 +27,7 @@ SLIME = CsvMapping(
 
 OPENRLHF = CsvMapping(
     name="openrlhf",
-    pipeline_mode=PipelineMode.SYNC_DISAGGREGATED,
+    pipeline_mode=PipelineMode.SYNC,
     rollout_s="timing/generation",
     train_s="timing/ppo_train",
     sync_s="timing/broadcast",
@@ -40,7 +40,7 @@ OPENRLHF = CsvMapping(
 
 AREAL = CsvMapping(
     name="areal",
-    pipeline_mode=PipelineMode.FULLY_ASYNC,
+    pipeline_mode=PipelineMode.ASYNC,
     wait_s="timeperf/rollout",
     train_s="timeperf/train_step",
     sync_s="timeperf/update_weights",
