@@ -37,7 +37,7 @@ def scenario(num_steps: int, samples: int, gpus: int, candidates: list[str], ini
                 "gpus_per_node": gpus,
                 "intra_node_bandwidth_gbps": 400,
                 "gpu_memory_gb": 96,
-                "candidate_topologies": candidates,
+                "candidate_allocations": candidates,
                 "initial_allocation": initial,
             },
             "model": {"num_params_b": 8},
@@ -111,7 +111,7 @@ def main() -> None:
     matrix, cpu, wall = clock(
         lambda: step_time_matrix(
             workload,
-            candidates=big.cluster.candidate_topologies,
+            candidates=big.cluster.candidate_allocations,
             cluster=big.cluster,
             model=big.model,
             costs=big.costs,

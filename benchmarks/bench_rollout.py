@@ -80,7 +80,7 @@ def scenario(num_steps: int, samples: int, kv_capacity: int | None):
                 "gpus_per_node": 8,
                 "intra_node_bandwidth_gbps": 400,
                 "gpu_memory_gb": 96,
-                "candidate_topologies": ["6:2", "5:3", "4:4", "3:5"],
+                "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
                 "initial_allocation": "6:2",
             },
             "model": {"num_params_b": 8},
@@ -117,7 +117,7 @@ def main() -> None:
         config = scenario(args.steps, args.samples, kv)
         workload = generate_workload(config.workload, args.steps, 0)
         params = config.costs.rollout
-        replicas = sorted({c.rollout_gpus for c in config.cluster.candidate_topologies})
+        replicas = sorted({c.rollout_gpus for c in config.cluster.candidate_allocations})
         concurrency = params.max_concurrent_seqs
 
         def all_candidates(backend, w=workload, p=params, r=replicas):
@@ -149,7 +149,7 @@ def main() -> None:
                 "max_concurrent_seqs": concurrency,
                 "steps": args.steps,
                 "samples_per_step": args.samples,
-                "candidates": len(config.cluster.candidate_topologies),
+                "candidates": len(config.cluster.candidate_allocations),
                 "rollout_all_candidates_numba_s": numba_s,
                 "rollout_all_candidates_numpy_s": numpy_s,
                 "rollout_all_candidates_reference_s_extrapolated": reference_s,

@@ -36,7 +36,7 @@ SCENARIO = {
         "gpus_per_node": 8,
         "intra_node_bandwidth_gbps": 300,
         "gpu_memory_gb": 96,
-        "candidate_topologies": ["6:2", "5:3", "4:4", "3:5"],
+        "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
         "initial_allocation": "6:2",
     },
     "model": {"num_params_b": 8},

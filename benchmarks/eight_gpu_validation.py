@@ -264,7 +264,7 @@ def scenario_config(num_gpus: int, *, model_params_b: float = 1.54) -> dict:
             "intra_node_bandwidth_gbps": 450,
             "host_bandwidth_gbps": 55,
             "gpu_memory_gb": 141,
-            "candidate_topologies": candidates(num_gpus),
+            "candidate_allocations": candidates(num_gpus),
             "initial_allocation": candidates(num_gpus)[0],
         },
         "model": {"num_params_b": model_params_b, "activation_memory_gb_per_gpu": 20},

@@ -196,7 +196,7 @@ class LiveConfig(BaseModel):
         return [v for v in value.split(",") if v.strip()] if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _topologies_fit(self) -> LiveConfig:
+    def _allocations_fit(self) -> LiveConfig:
         if self.initial_allocation.total_gpus != self.num_workers:
             raise ValueError(
                 f"initial_allocation {self.initial_allocation} uses "

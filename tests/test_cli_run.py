@@ -45,7 +45,7 @@ def test_example_writes_every_file_with_consistent_contents(example_run):
     config = json.loads((out / "config.json").read_text())
     assert config["simulation"]["num_steps"] == 70
     assert [p["kind"] for p in config["policies"]] == ["hysteresis", "greedy"]
-    assert config["cluster"]["candidate_topologies"][0] == {"train_gpus": 6, "rollout_gpus": 2}
+    assert config["cluster"]["candidate_allocations"][0] == {"train_gpus": 6, "rollout_gpus": 2}
 
     steps = pd.read_parquet(out / "steps.parquet")
     assert list(steps.columns) == list(StepRecord.model_fields)
@@ -189,7 +189,10 @@ def bad_config(tmp_path, **override):
         (lambda t: ["--config", str(t / "missing.yaml")], ["missing.yaml"]),
         (lambda t: ["--config", "example", "--policy", "telepathy"], ["telepathy"]),
         (
-            lambda t: ["--config", bad_config(t, cluster={"candidate_topologies": ["6:2", "7:2"]})],
+            lambda t: [
+                "--config",
+                bad_config(t, cluster={"candidate_allocations": ["6:2", "7:2"]}),
+            ],
             ["7:2", "9 GPUs"],
         ),
         (
@@ -199,7 +202,7 @@ def bad_config(tmp_path, **override):
                     t,
                     cluster={
                         "rollout_tensor_parallel_size": 2,
-                        "candidate_topologies": ["6:2", "5:3"],
+                        "candidate_allocations": ["6:2", "5:3"],
                     },
                 ),
             ],
@@ -209,7 +212,7 @@ def bad_config(tmp_path, **override):
             lambda t: [
                 "--config",
                 bad_config(
-                    t, model={"num_params_b": 20}, cluster={"candidate_topologies": ["6:2", "2:6"]}
+                    t, model={"num_params_b": 20}, cluster={"candidate_allocations": ["6:2", "2:6"]}
                 ),
             ],
             ["candidate 2:6", "GB"],

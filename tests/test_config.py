@@ -26,7 +26,7 @@ def test_builtin_configs_load_and_resolve_by_name():
     for name in ("example", "paper"):
         cfg = load_run_config(name)
         assert cfg.cluster.total_gpus == 8
-        assert Allocation.parse("6:2") in cfg.cluster.candidate_topologies
+        assert Allocation.parse("6:2") in cfg.cluster.candidate_allocations
         assert cfg.policies, "built-in configs name the policies they compare"
     assert resolve_config_path("example").name == "example.yaml"
 
@@ -40,12 +40,12 @@ def test_scenario_round_trips_through_yaml(tmp_path):
 @pytest.mark.parametrize(
     ("override", "words"),
     [
-        ({"cluster": {"candidate_topologies": ["6:2", "6:3"]}}, ["6:3", "9 GPUs", "8"]),
+        ({"cluster": {"candidate_allocations": ["6:2", "6:3"]}}, ["6:3", "9 GPUs", "8"]),
         (
             {
                 "cluster": {
                     "rollout_tensor_parallel_size": 2,
-                    "candidate_topologies": ["5:3", "6:2"],
+                    "candidate_allocations": ["5:3", "6:2"],
                 }
             },
             ["5:3", "not divisible", "rollout_tensor_parallel_size"],
@@ -53,7 +53,7 @@ def test_scenario_round_trips_through_yaml(tmp_path):
         ({"cluster": {"initial_allocation": "2:6"}}, ["initial_allocation", "2:6"]),
         ({"cluster": {"intra_node_bandwidth_gbps": -1}}, ["cluster.intra_node_bandwidth_gbps"]),
         ({"cluster": {"gpu_memory_gb": float("nan")}}, ["cluster.gpu_memory_gb"]),
-        ({"cluster": {"candidate_topologies": ["six:two"]}}, ["six:two"]),
+        ({"cluster": {"candidate_allocations": ["six:two"]}}, ["six:two"]),
         ({"model": {"num_params_b": 0}}, ["model.num_params_b"]),
         ({"simulation": {"num_stepz": 3}}, ["simulation.num_stepz"]),
         ({"policies": [{"kind": "telepathy"}]}, ["policies", "telepathy"]),
@@ -74,7 +74,7 @@ def test_bad_fields_fail_with_file_and_field(tmp_path, override, words):
 
 def test_memory_infeasible_candidate_is_rejected_with_numbers(tmp_path):
     # 20B parameters at 16 bytes each over 2 trainers is 160 GB per GPU (plus activations).
-    data = raw(model={"num_params_b": 20}, cluster={"candidate_topologies": ["6:2", "2:6"]})
+    data = raw(model={"num_params_b": 20}, cluster={"candidate_allocations": ["6:2", "2:6"]})
     with pytest.raises(ConfigError) as err:
         load_config(write(tmp_path, data))
     message = str(err.value)
@@ -141,3 +141,39 @@ def test_workload_preset_with_overrides(tmp_path):
     assert cfg.workload.samples_per_step == 17
     with pytest.raises(ConfigError, match="unknown workload preset"):
         load_config(write(tmp_path, raw() | {"workload": "no_such"}, "p.yaml"))
+
+
+def test_older_name_candidate_topologies_still_reads(tmp_path):
+    data = raw()
+    data["cluster"]["candidate_topologies"] = data["cluster"].pop("candidate_allocations")
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = load_config(path)
+    assert [a.label for a in config.cluster.candidate_allocations] == [
+        str(c) for c in data["cluster"]["candidate_topologies"]
+    ]
+    assert "candidate_allocations" in config.model_dump()["cluster"]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("name: a\nname: b\n", "duplicate key 'name'"),
+        ("a: &x [1]\nb: *x\n", "anchors"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper"),
+    ],
+)
+def test_yaml_that_would_hide_or_explode_is_refused(tmp_path, text, words):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=words) as err:
+        load_config(path)
+    assert str(path) in str(err.value)
+
+
+def test_non_utf8_config_is_one_error_naming_the_file(tmp_path):
+    path = tmp_path / "utf16.yaml"
+    path.write_text("name: x\n", encoding="utf-16")
+    with pytest.raises(ConfigError, match="not UTF-8") as err:
+        load_config(path)
+    assert str(path) in str(err.value)

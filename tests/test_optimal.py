@@ -132,7 +132,7 @@ def _scenario(num_steps: int, workload: str = "regime_switch"):
                 "gpus_per_node": 8,
                 "intra_node_bandwidth_gbps": 400,
                 "gpu_memory_gb": 96,
-                "candidate_topologies": ["6:2", "5:3", "4:4", "3:5"],
+                "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
                 "initial_allocation": "6:2",
             },
             "model": {"num_params_b": 8},

@@ -32,7 +32,7 @@ SMALL = {
         "gpus_per_node": 4,
         "intra_node_bandwidth_gbps": 300,
         "gpu_memory_gb": 96,
-        "candidate_topologies": ["3:1", "2:2", "1:3"],
+        "candidate_allocations": ["3:1", "2:2", "1:3"],
         "initial_allocation": "3:1",
     },
     "model": {"num_params_b": 1},
@@ -351,7 +351,7 @@ def test_a_trace_supplies_the_workload_and_its_content_the_key(tmp_path):
             "cluster": {
                 **SMALL["cluster"],
                 "gpus_per_node": 8,
-                "candidate_topologies": ["5:3", "4:4", "3:5"],
+                "candidate_allocations": ["5:3", "4:4", "3:5"],
                 "initial_allocation": "4:4",
             },
         }

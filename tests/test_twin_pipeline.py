@@ -37,7 +37,7 @@ def test_static_run_matches_the_step_time_matrix(mode_config, split):
     column = ctx.step_costs.index(cfg.cluster.initial_allocation)
     matrix = step_time_matrix(
         ctx.workload,
-        candidates=cfg.cluster.candidate_topologies,
+        candidates=cfg.cluster.candidate_allocations,
         cluster=cfg.cluster,
         model=cfg.model,
         costs=cfg.costs,
@@ -114,7 +114,7 @@ def test_resize_stalls_for_the_critical_path_and_slows_the_next_step():
     assert steps.loc[5, "resize_id"] == 0 and pd.isna(steps.loc[4, "resize_id"])
     assert (steps.loc[:4, "train_gpus"] == 6).all() and (steps.loc[5:, "train_gpus"] == 4).all()
     base_train = result.context.step_costs.train_s[
-        5, result.context.step_costs.index(cfg.cluster.candidate_topologies[2])
+        5, result.context.step_costs.index(cfg.cluster.candidate_allocations[2])
     ]
     expected = max(base_train + plan.slowdown_s, plan.background_tail_s)
     assert np.isclose(steps.loc[5, "train_s"], expected)

@@ -236,7 +236,7 @@ def test_refusals_name_the_problem():
     no_decisions = Trace(meta=trace.meta, steps=trace.steps, samples=trace.samples)
     with pytest.raises(ValidationInputError, match="no decision records"):
         validate_trace(no_decisions, context)
-    narrow = scenario(cluster={"candidate_topologies": ["6:2", "5:3"]})
+    narrow = scenario(cluster={"candidate_allocations": ["6:2", "5:3"]})
     narrow_context = context_from_config(narrow, [trace]).with_costs(calibrated(narrow))
     with pytest.raises(ValidationInputError, match="ran on 4:4, not among"):
         validate_trace(trace, narrow_context)

@@ -51,7 +51,7 @@ class AnalysisContext:
 
     @property
     def candidates(self) -> tuple[Allocation, ...]:
-        return tuple(self.scenario.cluster.candidate_topologies)
+        return tuple(self.scenario.cluster.candidate_allocations)
 
     @property
     def initial(self) -> Allocation:
@@ -215,7 +215,7 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
                 "gpus_per_node": total,
                 "intra_node_bandwidth_gbps": DEFAULT_SYNC_BANDWIDTH_GBPS,
                 "gpu_memory_gb": memory_gb,
-                "candidate_topologies": candidates,
+                "candidate_allocations": candidates,
                 "initial_allocation": initial.label,
             },
             "model": model.model_dump(),

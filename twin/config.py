@@ -12,7 +12,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from dynaresize.config_io import ConfigError, format_validation_error, load_yaml_mapping
 from dynaresize.policies.registry import PolicyConfig
@@ -66,8 +74,11 @@ class ClusterConfig(_Strict):
         description="Share of GPU memory a framework can actually use (the rest is runtime, "
         "fragmentation and communicator buffers).",
     )
-    candidate_topologies: list[Allocation] = Field(
-        min_length=1, description="Train:rollout splits the run may use, written as '6:2'."
+    candidate_allocations: list[Allocation] = Field(
+        min_length=1,
+        validation_alias=AliasChoices("candidate_allocations", "candidate_topologies"),
+        description="Train:rollout splits the run may use, written as '6:2' (the older name "
+        "candidate_topologies is read too).",
     )
     rollout_tensor_parallel_size: int = Field(
         default=1, ge=1, description="GPUs per rollout engine replica (tensor parallel size)."
@@ -94,10 +105,10 @@ class ClusterConfig(_Strict):
         return allocation.rollout_gpus // self.rollout_tensor_parallel_size
 
     @model_validator(mode="after")
-    def _topologies_possible(self) -> ClusterConfig:
+    def _allocations_possible(self) -> ClusterConfig:
         seen: set[str] = set()
-        for i, cand in enumerate(self.candidate_topologies):
-            where = f"candidate_topologies[{i}] {cand.label}"
+        for i, cand in enumerate(self.candidate_allocations):
+            where = f"candidate_allocations[{i}] {cand.label}"
             if cand.label in seen:
                 raise ValueError(f"{where} is listed twice")
             seen.add(cand.label)
@@ -114,7 +125,7 @@ class ClusterConfig(_Strict):
         if self.initial_allocation.label not in seen:
             raise ValueError(
                 f"initial_allocation {self.initial_allocation.label} is not among "
-                f"candidate_topologies ({', '.join(sorted(seen))})"
+                f"candidate_allocations ({', '.join(sorted(seen))})"
             )
         return self
 
@@ -212,7 +223,7 @@ class ScenarioConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> ScenarioConfig:
-        for cand in self.cluster.candidate_topologies:
+        for cand in self.cluster.candidate_allocations:
             check = check_candidate(
                 self.model,
                 label=cand.label,
@@ -223,10 +234,10 @@ class ScenarioConfig(_Strict):
             if not check.feasible:
                 raise ValueError(check.explain())
         base = self.simulation.baseline_allocation
-        labels = {c.label for c in self.cluster.candidate_topologies}
+        labels = {c.label for c in self.cluster.candidate_allocations}
         if base is not None and base.label not in labels:
             raise ValueError(
-                f"simulation.baseline_allocation {base.label} is not among candidate_topologies"
+                f"simulation.baseline_allocation {base.label} is not among candidate_allocations"
             )
         return self
 

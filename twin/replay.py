@@ -154,7 +154,7 @@ def replay_trace(
     if missing:
         raise ConfigError(
             f"the trace ran on {', '.join(missing)}, not among the candidate splits "
-            f"({', '.join(sorted(candidates))}): add them to cluster.candidate_topologies"
+            f"({', '.join(sorted(candidates))}): add them to cluster.candidate_allocations"
         )
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
     notes += inputs.inferred

@@ -241,7 +241,7 @@ def compute_step_costs(
     tokens: np.ndarray | None = None,
 ) -> StepCosts:
     """Every stage time of `workload` on every candidate topology of the cluster."""
-    candidates = tuple(cluster.candidate_topologies)
+    candidates = tuple(cluster.candidate_allocations)
     rollout, train, sync = stage_time_components(
         workload, candidates=candidates, cluster=cluster, model=model, costs=costs, tokens=tokens
     )
