@@ -26,7 +26,7 @@ from dynaresize.twin.validate import (
 )
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
-DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "dynaresize" / "data"
 
 
 def _samples_frame(workload) -> pd.DataFrame:

@@ -367,7 +367,7 @@ def test_schema_doc_lists_every_field():
 
     from dynaresize.traces.schema import RunMeta
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "trace-schema.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "trace-schema.md").read_text()
     for model in [*TABLES.values(), RunMeta]:
         for name in model.model_fields:
             assert f"| `{name}` |" in doc, f"{model.__name__}.{name} is not documented"
