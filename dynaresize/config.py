@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dynaresize.config_io import (
     ConfigError,
@@ -18,6 +18,7 @@ from dynaresize.config_io import (
     load_yaml_mapping,
 )
 from dynaresize.executor.config import LiveConfig
+from dynaresize.shared_facts import disagreements, fill_shared_facts
 from dynaresize.twin.config import ScenarioConfig
 
 BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -42,6 +43,21 @@ class RunConfig(ScenarioConfig):
         default=None, description="Live-executor settings (used by --mode live only)."
     )
     output: OutputConfig = Field(default_factory=OutputConfig, description="Output settings.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _state_shared_facts_once(cls, data: Any) -> Any:
+        """Facts the live section shares with the twin sections (dynaresize/shared_facts.py)
+        may be written on either side; the other side takes them."""
+        return fill_shared_facts(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _live_agrees_with_scenario(self) -> RunConfig:
+        if self.live is not None:
+            problems = disagreements(self.live, self)
+            if problems:
+                raise ValueError("; ".join(problems))
+        return self
 
 
 def builtin_config_names() -> list[str]:

@@ -177,3 +177,62 @@ def test_non_utf8_config_is_one_error_naming_the_file(tmp_path):
     with pytest.raises(ConfigError, match="not UTF-8") as err:
         load_config(path)
     assert str(path) in str(err.value)
+
+
+def _live_config(tmp_path, live_updates, **section_updates):
+    data = yaml.safe_load(resolve_config_path("live_cpu").read_text())
+    data["live"].update(live_updates)
+    for section, updates in section_updates.items():
+        data[section] = {**data.get(section, {}), **updates}
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_live_section_takes_the_facts_it_shares_with_the_twin(tmp_path):
+    config = load_run_config(str(_live_config(tmp_path, {})))
+    assert config.live is not None
+    assert config.live.num_workers == config.cluster.total_gpus == 4
+    assert config.live.initial_allocation == config.cluster.initial_allocation
+    assert list(config.live.candidate_allocations) == config.cluster.candidate_allocations
+    assert config.live.num_steps == config.simulation.num_steps
+    assert config.live.pipeline is config.pipeline.mode
+    assert config.live.resize_strategy is config.pipeline.resize_strategy
+
+
+def test_a_fact_stated_only_in_the_live_section_reaches_the_twin(tmp_path):
+    data = yaml.safe_load(resolve_config_path("live_cpu").read_text())
+    data["live"]["pipeline"] = "sync"
+    del data["pipeline"]["mode"]
+    path = tmp_path / "live.yaml"
+    path.write_text(yaml.safe_dump(data))
+    config = load_run_config(str(path))
+    assert config.pipeline.mode.value == config.live.pipeline.value == "sync"
+
+
+@pytest.mark.parametrize(
+    ("live_updates", "words"),
+    [
+        ({"num_steps": 3}, "live.num_steps (3) disagrees with simulation.num_steps (8)"),
+        ({"initial_allocation": "3:1"}, "live.initial_allocation (3:1) disagrees with cluster"),
+        ({"pipeline": "sync"}, "live.pipeline (sync) disagrees with pipeline.mode"),
+        ({"resize_strategy": "host_sync"}, "live.resize_strategy (host_sync) disagrees"),
+        (
+            {"candidate_allocations": ["3:1", "2:2"], "policy": {"kind": "static"}},
+            "live.candidate_allocations (3:1, 2:2) disagrees with cluster.candidate_allocations",
+        ),
+    ],
+)
+def test_facts_stated_twice_must_agree(tmp_path, live_updates, words):
+    path = _live_config(tmp_path, live_updates)
+    with pytest.raises(ConfigError) as err:
+        load_run_config(str(path))
+    assert words in str(err.value) and str(path) in str(err.value)
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    from dynaresize import extras
+
+    monkeypatch.setattr(extras, "LIVE_EXTRA_MODULES", ("dynaresize_no_such_module",))
+    with pytest.raises(ConfigError, match=r"needs the `live` extra \(dynaresize_no_such_module"):
+        extras.require_live_extra("--mode live")
