@@ -88,12 +88,6 @@ class StagingConfig(BaseModel):
         """Host bytes the pool holds: the bound on staged state per process."""
         return self.chunk_bytes * self.num_buffers
 
-    @classmethod
-    def from_mib(
-        cls, *, chunk_mib: int, num_buffers: int, pin_memory: bool = True
-    ) -> StagingConfig:
-        return cls(chunk_bytes=chunk_mib * MIB, num_buffers=num_buffers, pin_memory=pin_memory)
-
 
 # --------------------------------------------------------------------------------------------
 # Chunk plan: which bytes of which tensor go where in which chunk.

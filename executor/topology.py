@@ -55,6 +55,3 @@ class Topology:
 
     def arriving_trainers(self, old: Topology) -> tuple[int, ...]:
         return tuple(w for w in self.trainer_ids if w not in old.trainer_ids)
-
-    def leaving_trainers(self, old: Topology) -> tuple[int, ...]:
-        return tuple(w for w in old.trainer_ids if w not in self.trainer_ids)

@@ -58,7 +58,6 @@ class BackgroundWork:
     threads: list[threading.Thread] = field(default_factory=list)
     deferred: DeferredOptimizerState | None = None
     errors: list[BaseException] = field(default_factory=list)
-    bytes_sent: int = 0
     bytes_received: int = 0
     finished_wall: float | None = None
 
