@@ -5,7 +5,7 @@ runs the same sequence with each variant in turn: a warm-up step, a step, a resi
 1:2, two steps, a resize back to 2:1, two steps. Variants: `overlapped` with all mechanisms, with
 none, with each one alone, and `stop_and_rebuild` last (it replaces the workers).
 
-A resize's critical path is the measured gap between the end of the last step on the old topology
+A resize's critical path is the measured gap between the end of the last step on the old split
 and the start of the first on the new one; its background cost is the first step after it minus
 the step after that (executor/strategies/measure.py). Phases are reported as recorded by each
 strategy. The physical floor is the bytes the overlapped strategy moves on the critical path over
@@ -153,12 +153,12 @@ class Sequence:
             self.resizes[-1]["phases"] += [_phase(p) for p in strategy.pop_background_phases()]
 
     def resize(self, strategy, target: str) -> None:
-        from dynaresize.executor.topology import Topology
+        from dynaresize.executor.roles import RoleMap
         from dynaresize.policies.types import Allocation
 
         rt = self.rt
-        before = rt.topology.allocation.label
-        phases = strategy.resize(rt, target=Topology.for_allocation(Allocation.parse(target)))
+        before = rt.roles.allocation.label
+        phases = strategy.resize(rt, target=RoleMap.for_allocation(Allocation.parse(target)))
         self._next_resize = len(self.resizes)
         self.resizes.append({"from": before, "to": target, "phases": [_phase(p) for p in phases]})
 

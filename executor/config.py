@@ -1,7 +1,7 @@
 """The `live:` section of a run configuration: what the Ray executor runs and on which devices.
 
 Everything here is checked when the config is built, before Ray or torch start, so a typo or an
-impossible topology fails in a second with an error naming the field instead of minutes later
+impossible split fails in a second with an error naming the field instead of minutes later
 inside a worker. The model, task and GRPO knobs are the RL core's own config types where they
 exist; this module adds what only a distributed run has: devices, workers, roles, pipelining,
 resizes, checkpoints.

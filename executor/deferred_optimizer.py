@@ -3,7 +3,7 @@
 On a resize only the weights are needed to start the next step's forward and backward; the AdamW
 moments are read by the optimizer update at the very end of that step. So the moments (several
 times the bytes of the weights) load in a background thread while the step runs, and the first
-`optimizer.step()` on the new topology waits for them: a step pre-hook blocks until the load has
+`optimizer.step()` on the new split waits for them: a step pre-hook blocks until the load has
 finished and installs the loaded state into the optimizer, then removes itself. The update can
 therefore never read stale or zero moments (a test checks the values it used), and the time the
 step had to wait is kept, because that wait is part of the resize's background cost.

@@ -46,9 +46,9 @@ from .estimates import CandidateEstimator
 from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy, build_strategy
+from .roles import RoleMap
 from .runtime import Runtime, WorkerLostError
 from .shards import ShardLayout, full_vectors, shards_from_full
-from .topology import Topology
 from .trainer import TrainReport
 
 FAULT_FILE = "fault.json"
@@ -158,7 +158,7 @@ class LiveSession:
         self.runtime = Runtime(
             config=live,
             workers=cluster.workers,
-            topology=Topology.for_allocation(allocation),
+            roles=RoleMap.for_allocation(allocation),
             start_wall=time.perf_counter(),
         )
         self.policy = build_policy(live.policy)
@@ -180,8 +180,8 @@ class LiveSession:
             model_name=json.dumps(self.live.model, sort_keys=True),
             model_params_b=self.numel / 1e9,
             pipeline_mode=self.live.pipeline,
-            start_train_gpus=self.runtime.topology.allocation.train_gpus,
-            start_rollout_gpus=self.runtime.topology.allocation.rollout_gpus,
+            start_train_gpus=self.runtime.roles.allocation.train_gpus,
+            start_rollout_gpus=self.runtime.roles.allocation.rollout_gpus,
             notes=[
                 f"device={self.live.device.value}",
                 f"strategy={self.live.resize_strategy.value}",
@@ -222,21 +222,21 @@ class LiveSession:
         numels = rt.run(rt.all_ids, "build_model", doing="building the model")
         self.numel = numels[0]
         lap("models_built")
-        topo = rt.topology
+        roles = rt.roles
         version = self.restored.weights_version if self.restored else 0
         rt.weights_version = version
         rt.take_roles(weights_version=version, lap=lap)
         if self.restored is None:
-            rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
+            rt.run(roles.trainer_ids, "initial_shard", doing="loading initial weights")
         else:
-            layout = ShardLayout(numel=self.numel, num_ranks=topo.num_trainers)
+            layout = ShardLayout(numel=self.numel, num_ranks=roles.num_trainers)
             shards = shards_from_full(
                 self.restored.vectors, layout, optimizer_step=self.restored.weights_version
             )
-            calls = {w: ((shards[topo.trainer_rank(w)],), {}) for w in topo.trainer_ids}
+            calls = {w: ((shards[roles.trainer_rank(w)],), {}) for w in roles.trainer_ids}
             rt.gather(rt.call_each(calls, "load_shard"), doing="loading the checkpoint")
-            rt.run(topo.trainer_ids, "refresh_model_from_master", doing="gathering weights")
-        rt.run(topo.sync_ids, "sync_weights", doing="first weight sync", weights_version=version)
+            rt.run(roles.trainer_ids, "refresh_model_from_master", doing="gathering weights")
+        rt.run(roles.sync_ids, "sync_weights", doing="first weight sync", weights_version=version)
         weight_bytes = 2 if str(self.live.model.get("dtype", "float32")) != "float32" else 4
         self.estimator = CandidateEstimator(
             candidates=self.live.candidates,
@@ -284,7 +284,7 @@ class LiveSession:
             sync_start = rt.clock()
             rt.weights_version += 1
             rt.run(
-                rt.topology.sync_ids,
+                rt.roles.sync_ids,
                 "sync_weights",
                 doing="syncing weights",
                 weights_version=rt.weights_version,
@@ -309,7 +309,7 @@ class LiveSession:
             steps_completed=completed,
             num_resizes=self.num_resizes,
             total_s=total_s,
-            final_allocation=rt.topology.allocation,
+            final_allocation=rt.roles.allocation,
         )
 
     def close(self, *, quiet: bool = False) -> None:
@@ -337,10 +337,10 @@ class LiveSession:
         prompt_ids = [
             batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
         ]
-        parts = split_evenly(prompt_ids, len(rt.topology.rollout_ids))
+        parts = split_evenly(prompt_ids, len(rt.roles.rollout_ids))
         calls = {
             w: ((), {"batch_id": batch_id, "prompt_ids": part})
-            for w, part in zip(rt.topology.rollout_ids, parts, strict=True)
+            for w, part in zip(rt.roles.rollout_ids, parts, strict=True)
             if part
         }
         return rt.call_each(calls, "generate")
@@ -371,11 +371,11 @@ class LiveSession:
 
     def _launch_train(self, batch: RolloutBatch) -> dict:
         rt = self.runtime
-        parts = split_by_prompt(batch.samples, rt.topology.num_trainers)
+        parts = split_by_prompt(batch.samples, rt.roles.num_trainers)
         num_tokens = int(batch.response_lengths().sum())
         calls = {
             w: ((part,), {"num_batch_tokens": num_tokens})
-            for w, part in zip(rt.topology.trainer_ids, parts, strict=True)
+            for w, part in zip(rt.roles.trainer_ids, parts, strict=True)
         }
         return rt.call_each(calls, "train")
 
@@ -392,8 +392,8 @@ class LiveSession:
         sync_s: float,
         concurrent: RolloutBatch | None,
     ) -> StageTimes:
-        topo = self.runtime.topology
-        alloc = topo.allocation
+        roles = self.runtime.roles
+        alloc = roles.allocation
         train_s = max(r.train_s for r in reports.values())
         step_s = end_s - start_s
         busy_rollout = concurrent.rollout_s if concurrent else 0.0
@@ -412,7 +412,7 @@ class LiveSession:
             idle_rollout_gpu_s=max(0.0, step_s - busy_rollout - sync_s) * alloc.rollout_gpus,
             train_gpus=alloc.train_gpus,
             rollout_gpus=alloc.rollout_gpus,
-            device_roles=topo.device_roles(),
+            device_roles=roles.device_roles(),
             resize_id=self._resize_before_step,
             rollout_batch_id=batch.batch_id,
             rollout_weights_version=batch.weights_version,
@@ -471,7 +471,7 @@ class LiveSession:
 
     def _decide(self, step: int, last_batch: RolloutBatch) -> None:
         rt = self.runtime
-        current = rt.topology.allocation
+        current = rt.roles.allocation
         if self.steps_since_resize is not None:
             self.steps_since_resize += 1
         assert self.estimator is not None
@@ -519,9 +519,9 @@ class LiveSession:
 
     def _resize(self, step: int, target: Allocation, resize_id: int) -> None:
         rt = self.runtime
-        old = rt.topology
+        old = rt.roles
         begin = rt.clock()
-        phases = self.strategy.resize(rt, target=Topology.for_allocation(target))
+        phases = self.strategy.resize(rt, target=RoleMap.for_allocation(target))
         critical_s = rt.clock() - begin
         self._last_resize = (resize_id, step, old.allocation.label, target.label)
         self._write_phases(phases)
@@ -561,13 +561,13 @@ class LiveSession:
 
     def _checkpoint(self, next_step: int, pending: RolloutBatch | None) -> None:
         rt = self.runtime
-        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="writing a checkpoint")
+        shards = rt.run(rt.roles.trainer_ids, "export_shard", doing="writing a checkpoint")
         ckpt.save(
             self.out,
             ckpt.Checkpoint(
                 next_step=next_step,
                 weights_version=rt.weights_version,
-                allocation=rt.topology.allocation,
+                allocation=rt.roles.allocation,
                 vectors=full_vectors(list(shards.values())),
                 pending_batch=pending,
                 num_resizes=self.num_resizes,

@@ -1,4 +1,4 @@
-"""Resize strategies: how the workers move from one topology to another at a step boundary.
+"""Resize strategies: how the workers move from one split to another at a step boundary.
 
 `ResizeStrategy` is the slot every strategy fills. The driver calls `resize()` at a step boundary
 and records the phases it returns under the shared phase names; `after_step()` lets a strategy
@@ -11,7 +11,7 @@ state through host memory (the Ray object store), roles switched in-process on t
 1. state_export      every old trainer copies its ZeRO-1 slice (fp32 master, AdamW moments) to host;
 2. worker_reinit     workers that become trainers switch role (the model object is kept);
 3. rollout_reinit    workers that become rollout replicas build their engine (KV cache);
-4. comm_prewarm      the trainer group and the weight-sync group of the new topology are built
+4. comm_prewarm      the trainer group and the weight-sync group of the new split are built
                      and warmed with a small collective (on every worker: world collective);
 5. weight_restore    each new trainer re-cuts its master slice from the old slices and the model
                      is all-gathered from the slices;
@@ -32,9 +32,9 @@ import ray
 
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
+from .roles import RoleMap
 from .runtime import Runtime
 from .shards import ShardLayout, sources_of
-from .topology import Topology
 
 
 @dataclass(frozen=True)
@@ -87,11 +87,11 @@ class ResizeStrategy(ABC):
         return []
 
     @abstractmethod
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
-        """Move the workers from `runtime.topology` to `target`; set `runtime.topology`."""
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
+        """Move the workers from `runtime.roles` to `target`; set `runtime.roles`."""
 
 
-def export_shards_to_host(runtime: Runtime, old: Topology) -> tuple[dict[int, object], int]:
+def export_shards_to_host(runtime: Runtime, old: RoleMap) -> tuple[dict[int, object], int]:
     """Every old trainer puts a host copy of its ZeRO-1 slice in the object store.
 
     Returns the references by old trainer rank and the bytes copied.
@@ -102,15 +102,15 @@ def export_shards_to_host(runtime: Runtime, old: Topology) -> tuple[dict[int, ob
 
 
 def switch_roles_and_bind(
-    runtime: Runtime, log: PhaseLog, *, target: Topology, bind_method: str, bind_doing: str
+    runtime: Runtime, log: PhaseLog, *, target: RoleMap, bind_method: str, bind_doing: str
 ) -> None:
     """The role switch shared by the in-process strategies, as three timed phases.
 
     Arriving trainers and new rollout replicas switch role on the same actors, then every worker
-    binds the target topology's groups through `bind_method` (built now, or cached and prewarmed)
-    and the trainers take their new ranks; `runtime.topology` becomes `target`.
+    binds the target split's groups through `bind_method` (built now, or cached and prewarmed)
+    and the trainers take their new ranks; `runtime.roles` becomes `target`.
     """
-    old = runtime.topology
+    old = runtime.roles
     version = runtime.weights_version
     new_trainers = target.arriving_trainers(old)
     new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
@@ -131,16 +131,16 @@ def switch_roles_and_bind(
             weights_version=version,
         )
     with log.phase(PhaseName.COMM_PREWARM):
-        runtime.run(runtime.all_ids, bind_method, doing=bind_doing, topology=target)
-        runtime.topology = target
+        runtime.run(runtime.all_ids, bind_method, doing=bind_doing, roles=target)
+        runtime.roles = target
         runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
 
 
 def restore_weights_from_host(
     runtime: Runtime,
     *,
-    old: Topology,
-    target: Topology,
+    old: RoleMap,
+    target: RoleMap,
     numel: int,
     shard_refs: dict[int, object],
 ) -> int:
@@ -168,15 +168,15 @@ def restore_weights_from_host(
 class HostSyncStrategy(ResizeStrategy):
     name = StrategyName.HOST_SYNC
 
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
-        old = runtime.topology
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
+        old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
 
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
         switch_roles_and_bind(
-            runtime, log, target=target, bind_method="bind_topology", bind_doing="building groups"
+            runtime, log, target=target, bind_method="bind_groups", bind_doing="building groups"
         )
 
         numel = ray.get(runtime.workers[target.trainer_ids[0]].trainer_numel.remote())

@@ -18,7 +18,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from dynaresize.traces.phases import Role
 
 from .config import LiveConfig, RolloutEngines
-from .topology import Topology
+from .roles import RoleMap
 
 _LOST = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
 
@@ -43,11 +43,11 @@ class WorkerLostError(RuntimeError):
 
 @dataclass
 class Runtime:
-    """Workers, the current topology, and the run's clock."""
+    """Workers, the current role map, and the run's clock."""
 
     config: LiveConfig
     workers: list[Any]
-    topology: Topology
+    roles: RoleMap
     start_wall: float
     step: int = 0
     weights_version: int = 0
@@ -95,7 +95,7 @@ class Runtime:
     def _lost(self, worker_id: int, doing: str, err: BaseException) -> WorkerLostError:
         return WorkerLostError(
             worker_id=worker_id,
-            role=self.topology.role_of(worker_id).value,
+            role=self.roles.role_of(worker_id).value,
             step=self.step,
             doing=doing,
             cause=type(err).__name__,
@@ -137,22 +137,24 @@ class Runtime:
     def take_roles(
         self, *, weights_version: int, lap: Callable[[str], None] = lambda _name: None
     ) -> None:
-        """The current topology's groups, every worker's role in it, and the trainers' ranks.
+        """The current role map's groups, every worker's role in it, and the trainers' ranks.
 
         With resident rollout engines the trainers build theirs here too. `lap(name)` marks the
         end of the roles ("roles_taken") and of the resident engines ("resident_engines_built").
         """
-        topo = self.topology
-        self.run(self.all_ids, "bind_topology", doing="building groups", topology=topo)
-        for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
+        roles = self.roles
+        self.run(self.all_ids, "bind_groups", doing="building groups", roles=roles)
+        for role, ids in ((Role.TRAIN, roles.trainer_ids), (Role.ROLLOUT, roles.rollout_ids)):
             self.run(
                 ids, "set_role", doing="taking a role", role=role, weights_version=weights_version
             )
         lap("roles_taken")
         if self.config.rollout_engines is RolloutEngines.RESIDENT:
-            self.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
+            self.run(
+                roles.trainer_ids, "prebuild_rollout_engine", doing="building resident engines"
+            )
             lap("resident_engines_built")
-        self.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+        self.run(roles.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
 
     @property
     def all_ids(self) -> tuple[int, ...]:

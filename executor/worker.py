@@ -1,7 +1,7 @@
 """One long-lived worker per device: holds a role, switches role in-process.
 
 The worker owns what outlives a role: its device (CUDA context included), its model object, its
-membership in the world process group and the groups of the current topology. A role (trainer or
+membership in the world process group and the groups of the current split. A role (trainer or
 rollout replica) is a small object built on top; switching role drops one object and builds the
 other, with no actor teardown and no new process, which is what keeps a resize cheap.
 
@@ -23,10 +23,10 @@ from dynaresize.traces.phases import Role
 
 from .batch import RolloutSample
 from .config import DeviceKind, LiveConfig, RolloutEngines
+from .roles import RoleMap
 from .rollout import RolloutReport, RolloutRole
 from .shards import ShardLayout, ShardState, recut
 from .strategies.agent import FastResizeWorker
-from .topology import Topology
 from .trainer import TrainerRole, TrainReport, flat_numel
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -46,7 +46,7 @@ class LiveWorker(FastResizeWorker):
         self.rollout: RolloutRole | None = None
         self._parked_rollout: RolloutRole | None = None
         self.rollout_engines_built = 0
-        self.topology: Topology | None = None
+        self.roles: RoleMap | None = None
         self.train_group: dist.ProcessGroup | None = None
         self.sync_group: dist.ProcessGroup | None = None
         self._stash = None
@@ -104,19 +104,19 @@ class LiveWorker(FastResizeWorker):
         self.model.requires_grad_(True)
         return flat_numel(self.model)
 
-    # --- topology and roles --------------------------------------------------------------
+    # --- groups and roles -----------------------------------------------------------------
 
-    def bind_topology(self, topology: Topology) -> float:
-        """Create the trainer group and the weight-sync group of `topology` (world collective)."""
+    def bind_groups(self, roles: RoleMap) -> float:
+        """Create the trainer group and the weight-sync group of `roles` (world collective)."""
         start = time.perf_counter()
         old = [g for g in (self.train_group, self.sync_group) if g is not None]
-        self.train_group = dist.new_group(list(topology.trainer_ids))
-        self.sync_group = dist.new_group(list(topology.sync_ids))
-        self.topology = topology
+        self.train_group = dist.new_group(list(roles.trainer_ids))
+        self.sync_group = dist.new_group(list(roles.sync_ids))
+        self.roles = roles
         warm = torch.zeros(1)
-        if self.worker_id in topology.trainer_ids:
+        if self.worker_id in roles.trainer_ids:
             dist.all_reduce(warm, group=self.train_group)
-        if self.worker_id in topology.sync_ids:
+        if self.worker_id in roles.sync_ids:
             dist.all_reduce(warm, group=self.sync_group)
         for group in old:
             if group is not dist.GroupMember.NON_GROUP_MEMBER:
@@ -177,9 +177,9 @@ class LiveWorker(FastResizeWorker):
         )
 
     def bind_trainer_rank(self) -> None:
-        assert self.topology is not None and self.trainer is not None
-        rank = self.topology.trainer_rank(self.worker_id)
-        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=self.topology.num_trainers)
+        assert self.roles is not None and self.trainer is not None
+        rank = self.roles.trainer_rank(self.worker_id)
+        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=self.roles.num_trainers)
         self.trainer.bind(group=self.train_group, rank=rank, layout=layout)
 
     # --- trainer state -------------------------------------------------------------------
@@ -267,9 +267,9 @@ class LiveWorker(FastResizeWorker):
 
         The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged.
         """
-        assert self.topology is not None
+        assert self.roles is not None
         start = time.perf_counter()
-        source = self.topology.trainer_ids[0]
+        source = self.roles.trainer_ids[0]
         if self.worker_id == source:
             flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
         else:

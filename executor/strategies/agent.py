@@ -2,7 +2,7 @@
 
 The driver-side strategies (`overlapped`, `stop_and_rebuild`) call these methods through Ray. They
 rely on what every live worker has: `worker_id`, `device`, `model`, `trainer` (a `TrainerRole` or
-None), `topology`, `train_group`, `sync_group`, and the methods `set_role`, `bind_trainer_rank`.
+None), `roles`, `train_group`, `sync_group`, and the methods `set_role`, `bind_trainer_rank`.
 
 What lives here:
 - the worker's staging pool and sender (bounded host staging), created once;
@@ -28,9 +28,9 @@ from dynaresize.policies.types import Allocation
 
 from ..comm_cache import CommunicatorCache, GroupKind
 from ..deferred_optimizer import DeferredOptimizerState
+from ..roles import RoleMap
 from ..shards import OPTIMIZER_TENSORS, ShardLayout, ShardState, recut, sources_of
 from ..staging import StagingConfig, StagingPool, StagingSender
-from ..topology import Topology
 from .plan import SliceMove
 
 MOMENT_KEYS = OPTIMIZER_TENSORS
@@ -117,12 +117,12 @@ class FastResizeWorker:
         """Start building every candidate's groups in the background (every worker calls it)."""
         self._comm_cache.start_prewarm()
 
-    def fast_bind(self, *, topology: Topology) -> dict[str, float]:
-        """Take `topology`'s groups from the cache (or build them, when reuse is off)."""
-        bound = self._comm_cache.bind(topology.allocation)
+    def fast_bind(self, *, roles: RoleMap) -> dict[str, float]:
+        """Take `roles`' groups from the cache (or build them, when reuse is off)."""
+        bound = self._comm_cache.bind(roles.allocation)
         self.train_group = bound.group(GroupKind.TRAIN_DP)
         self.sync_group = bound.group(GroupKind.WEIGHT_SYNC)
-        self.topology = topology
+        self.roles = roles
         return {"waited_s": bound.waited_s, "built_on_bind": float(bound.built_on_bind)}
 
     def fast_close(self) -> None:

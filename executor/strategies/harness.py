@@ -16,8 +16,8 @@ import torch
 
 from ..cluster import PLACEMENT_GROUP_NAME, connect, reserve, start_workers
 from ..config import LiveConfig
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
 from ..worker import LiveWorker
 
 
@@ -78,8 +78,8 @@ def setup_runtime(runtime: Runtime) -> int:
     rt.form_world(master_addr=infos[0]["node_ip"])
     numel = rt.run(rt.all_ids, "build_model", doing="building the model")[0]
     rt.take_roles(weights_version=0)
-    rt.run(rt.topology.trainer_ids, "initial_shard", doing="loading initial weights")
-    rt.run(rt.topology.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
+    rt.run(rt.roles.trainer_ids, "initial_shard", doing="loading initial weights")
+    rt.run(rt.roles.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
     return int(numel)
 
 
@@ -93,7 +93,7 @@ def start_runtime(
     runtime = Runtime(
         config=config,
         workers=workers,
-        topology=Topology.for_allocation(config.initial_allocation),
+        roles=RoleMap.for_allocation(config.initial_allocation),
         start_wall=time.perf_counter(),
     )
     setup_runtime(runtime)

@@ -1,7 +1,7 @@
 """`overlapped`: a resize that keeps the actors and moves only what the next step needs.
 
 Each of the three mechanisms is a switch, so each can be measured alone:
-- reuse_communicators: every candidate topology's groups are built and warmed in the background
+- reuse_communicators: every candidate split's groups are built and warmed in the background
   from the first step on; the resize binds them (off: they are built at the resize);
 - staging: trainer slices stream between workers through each receiver's bounded, pinned host
   pool, no copy of the state is taken (off: each old trainer puts a full host copy of its slice in
@@ -30,8 +30,8 @@ from ..resize import (
     restore_weights_from_host,
     switch_roles_and_bind,
 )
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
 from .plan import SliceMove, reshard_moves, staged_bytes
 
 FP32_BYTES = 4
@@ -108,7 +108,7 @@ class OverlappedStrategy(ResizeStrategy):
         self.prepare(runtime)
 
     def after_step(self, runtime: Runtime) -> None:
-        """After the first step on a new topology: collect when the background work ended."""
+        """After the first step on a new split: collect when the background work ended."""
         if not self._background_workers:
             return
         reports = runtime.run(
@@ -146,12 +146,12 @@ class OverlappedStrategy(ResizeStrategy):
 
     # --- the resize ----------------------------------------------------------------------
 
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
         self.prepare(runtime)
         if self._background_workers:  # a resize right after a resize: finish the last one first
             self.after_step(runtime)
         mech = self.mechanisms(runtime)
-        old = runtime.topology
+        old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
         numel = runtime.run([old.trainer_ids[0]], "trainer_numel", doing="sizing")[

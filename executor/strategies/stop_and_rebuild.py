@@ -2,7 +2,7 @@
 
 What a framework without runtime resizing does to change its split: write a checkpoint to disk,
 kill every worker actor, start new ones in the same placement group, form a new world process
-group and the topology's groups, rebuild the model, and load the checkpoint back (model weights on
+group and the new split's groups, rebuild the model, and load the checkpoint back (model weights on
 every worker, trainer slices re-cut from the old slices on disk). Nothing overlaps; every phase is
 on the critical path. Only one checkpoint exists at a time: it is deleted once loaded.
 """
@@ -22,8 +22,8 @@ from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..cluster import PLACEMENT_GROUP_NAME, start_workers
 from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
@@ -48,8 +48,8 @@ class StopAndRebuildStrategy(ResizeStrategy):
         self.actor_factory = actor_factory
         self.checkpoint_root = Path(checkpoint_root or tempfile.gettempdir())
 
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
-        old = runtime.topology
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
+        old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
         folder = self.checkpoint_root / f"dynaresize-rebuild-{uuid.uuid4().hex[:12]}"
@@ -68,16 +68,14 @@ class StopAndRebuildStrategy(ResizeStrategy):
                     ray.kill(actor, no_restart=True)
                 fresh = self.actor_factory(runtime)
                 runtime.workers[:] = fresh  # the cluster's list too: it shuts these down
-                runtime.topology = target
+                runtime.roles = target
                 runtime.run(runtime.all_ids, "info", doing="restarting workers")
                 runtime.run(runtime.all_ids, "build_model", doing="rebuilding the model")
 
             with log.phase(PhaseName.COMM_PREWARM):
                 infos = runtime.run([0], "info", doing="finding the rendezvous host")
                 runtime.form_world(master_addr=infos[0]["node_ip"])
-                runtime.run(
-                    runtime.all_ids, "bind_topology", doing="building groups", topology=target
-                )
+                runtime.run(runtime.all_ids, "bind_groups", doing="building groups", roles=target)
 
             with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
                 loaded = runtime.run(

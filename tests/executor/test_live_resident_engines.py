@@ -51,7 +51,7 @@ def _run(out, engines: RolloutEngines, device: str):
             w: info["rollout_engines_built"]
             for w, info in rt.run(rt.all_ids, "info", doing="test").items()
         }
-        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="test export")
+        shards = rt.run(rt.roles.trainer_ids, "export_shard", doing="test export")
         state = full_vectors(list(shards.values()))
     finally:
         session.close()
