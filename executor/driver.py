@@ -45,10 +45,11 @@ from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
-from .resize import ResizeStrategy, build_strategy
+from .resize import ResizeStrategy
 from .roles import RoleMap
 from .runtime import Runtime, WorkerLostError
 from .shards import ShardLayout, full_vectors, shards_from_full
+from .strategies.catalog import build_strategy
 from .trainer import TrainReport
 
 FAULT_FILE = "fault.json"

@@ -21,17 +21,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynaresize.traces.phases import PhaseName, StrategyName
 
-from ..resize import (
-    PhaseLog,
-    PhaseTiming,
-    ResizeStrategy,
-    export_shards_to_host,
-    register_strategy,
-    restore_weights_from_host,
-    switch_roles_and_bind,
-)
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
+from ..staging import MIB, StagingConfig
+from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
 from .plan import SliceMove, reshard_moves, staged_bytes
 
 FP32_BYTES = 4
@@ -58,7 +52,6 @@ class Mechanisms(BaseModel):
         return "+".join(on) if on else "none"
 
 
-@register_strategy
 class OverlappedStrategy(ResizeStrategy):
     name = StrategyName.OVERLAPPED
 
@@ -89,19 +82,23 @@ class OverlappedStrategy(ResizeStrategy):
         settings = runtime.config.staging
         names = runtime.run(
             runtime.all_ids,
-            "fast_setup",
+            "open_staging",
             doing="creating staging pools",
-            candidates=[c.label for c in runtime.config.candidates],
-            chunk_bytes=settings.chunk_mib << 20,
-            num_buffers=settings.num_buffers,
-            pin_memory=settings.pin_memory,
+            candidates=list(runtime.config.candidates),
+            staging=StagingConfig(
+                chunk_bytes=settings.chunk_mib * MIB,
+                num_buffers=settings.num_buffers,
+                pin_memory=settings.pin_memory,
+            ),
             reuse_communicators=mech.reuse_communicators,
             world_size=len(runtime.workers),
         )
         self._pools = dict(names)
-        runtime.run(runtime.all_ids, "fast_connect", doing="attaching pools", pools=self._pools)
+        runtime.run(
+            runtime.all_ids, "attach_staging_pools", doing="attaching pools", pools=self._pools
+        )
         if mech.reuse_communicators:
-            runtime.run(runtime.all_ids, "fast_prewarm", doing="prewarming groups")
+            runtime.run(runtime.all_ids, "prewarm_groups", doing="prewarming groups")
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
@@ -112,7 +109,9 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._background_workers:
             return
         reports = runtime.run(
-            self._background_workers, "fast_settle", doing="finishing background state moves"
+            self._background_workers,
+            "settle_background_moves",
+            doing="finishing background state moves",
         )
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
@@ -136,7 +135,7 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._ready:
             return
         self.after_step(runtime)
-        runtime.run(runtime.all_ids, "fast_close", doing="closing staging pools")
+        runtime.run(runtime.all_ids, "close_staging", doing="closing staging pools")
         self._ready = False
 
     def pop_background_phases(self) -> list[PhaseTiming]:
@@ -163,13 +162,17 @@ class OverlappedStrategy(ResizeStrategy):
         shard_refs = None
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             if mech.staging:
-                held = runtime.run(old.trainer_ids, "fast_hold_shard", doing="holding shards")
+                held = runtime.run(old.trainer_ids, "hold_shard", doing="holding shards")
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
                 shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
         switch_roles_and_bind(
-            runtime, log, target=target, bind_method="fast_bind", bind_doing="binding groups"
+            runtime,
+            log,
+            target=target,
+            bind_method="bind_cached_groups",
+            bind_doing="binding groups",
         )
 
         step = version  # AdamW steps applied so far
@@ -178,7 +181,7 @@ class OverlappedStrategy(ResizeStrategy):
                 self._run_staged(
                     runtime,
                     involved,
-                    "fast_move_weights",
+                    "move_master_slices",
                     doing="moving master slices",
                     moves=moves,
                     optimizer_step=step,
@@ -196,7 +199,7 @@ class OverlappedStrategy(ResizeStrategy):
                 self._run_staged(
                     runtime,
                     involved,
-                    "fast_move_moments",
+                    "move_moment_slices",
                     doing="moving optimizer moments",
                     moves=moves,
                     optimizer_step=step,
@@ -207,7 +210,7 @@ class OverlappedStrategy(ResizeStrategy):
             elif mech.defer_optimizer:
                 runtime.run(
                     target.trainer_ids,
-                    "fast_defer_host_moments",
+                    "defer_host_moments",
                     doing="deferring moments",
                     optimizer_step=step,
                 )

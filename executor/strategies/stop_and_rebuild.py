@@ -21,28 +21,28 @@ import ray
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..cluster import PLACEMENT_GROUP_NAME, start_workers
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
+from ..worker import LiveWorker
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
 
 
-def restart_live_workers(runtime: Runtime) -> list[Any]:
-    """The executor's own workers, in the run's placement group."""
+def restart_workers(runtime: Runtime, *, actor_cls: type[LiveWorker] = LiveWorker) -> list[Any]:
+    """New worker actors of `actor_cls`, in the run's placement group."""
     group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
-    return start_workers(runtime.config, group)
+    return start_workers(runtime.config, group, actor_cls=actor_cls)
 
 
-@register_strategy
 class StopAndRebuildStrategy(ResizeStrategy):
     name = StrategyName.STOP_AND_REBUILD
 
     def __init__(
         self,
         *,
-        actor_factory: ActorFactory = restart_live_workers,
+        actor_factory: ActorFactory = restart_workers,
         checkpoint_root: str | None = None,
     ) -> None:
         self.actor_factory = actor_factory
@@ -57,7 +57,7 @@ class StopAndRebuildStrategy(ResizeStrategy):
             with log.phase(PhaseName.STATE_EXPORT) as extra:
                 saved = runtime.run(
                     old.trainer_ids,
-                    "disk_save",
+                    "save_state_to_disk",
                     doing="writing the checkpoint",
                     directory=str(folder),
                 )
@@ -80,7 +80,7 @@ class StopAndRebuildStrategy(ResizeStrategy):
             with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
                 loaded = runtime.run(
                     runtime.all_ids,
-                    "disk_load_model",
+                    "load_model_from_disk",
                     doing="loading model weights",
                     directory=str(folder),
                 )
@@ -94,7 +94,7 @@ class StopAndRebuildStrategy(ResizeStrategy):
                 runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding ranks")
                 restored = runtime.run(
                     target.trainer_ids,
-                    "disk_restore_weights",
+                    "restore_weights_from_disk",
                     doing="loading trainer slices",
                     directory=str(folder),
                     old_num_ranks=old.num_trainers,

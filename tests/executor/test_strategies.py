@@ -182,13 +182,15 @@ def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runti
 
 @pytest.mark.live
 def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> None:
-    from dynaresize.executor.strategies.harness import restart_fast_workers
-    from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
+    from dynaresize.executor.strategies.stop_and_rebuild import (
+        StopAndRebuildStrategy,
+        restart_workers,
+    )
 
     numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
     before = _load_random_state(runtime, numel, optimizer_step=9)
     old_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
-    strategy = StopAndRebuildStrategy(actor_factory=restart_fast_workers)
+    strategy = StopAndRebuildStrategy(actor_factory=restart_workers)
     phases = strategy.resize(runtime, target=RoleMap.for_allocation(Allocation.parse("1:2")))
     new_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
     assert not old_pids & new_pids
