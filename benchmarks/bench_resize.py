@@ -133,18 +133,19 @@ class Sequence:
         self._seed = 0
 
     def step(self, strategy) -> None:
+        from dynaresize.executor.strategies.harness import BenchWorker
+
         rt = self.rt
         strategy.before_train(rt)
         start = rt.clock()
         self._seed += 1
-        rt.run(
+        rt.call(
             rt.all_ids,
-            "bench_step",
-            doing="a benchmark step",
+            BenchWorker.bench_step,
             batch_size=self.batch_size,
             seq_len=self.seq_len,
             seed=self._seed,
-        )
+        ).wait("a benchmark step")
         end = rt.clock()
         self.steps.append(_Step(start_s=start, end_s=end, resize_id=self._next_resize))
         self._next_resize = None
@@ -225,7 +226,7 @@ def bench_model(model: str, args, on_variant) -> dict:
     )
     began = time.perf_counter()
     runtime, group, started = start_runtime(config, actor_cls=BenchWorker)
-    numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
+    numel = runtime.call([0], BenchWorker.trainer_numel).wait("sizing")[0]
     setup_s = time.perf_counter() - began
     print(f"[{model}] {numel / 1e9:.3f} B parameters, setup {setup_s:.1f} s", flush=True)
     variants: list[dict] = []

@@ -47,10 +47,12 @@ from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy
 from .roles import RoleMap
-from .runtime import Runtime, WorkerLostError
+from .rollout import RolloutReport
+from .runtime import Calls, Runtime, WorkerLostError
 from .shards import ShardLayout, full_vectors, shards_from_full
 from .strategies.catalog import build_strategy
 from .trainer import TrainReport
+from .worker import LiveWorker
 
 FAULT_FILE = "fault.json"
 WORKERS_FILE = "workers.json"
@@ -215,12 +217,12 @@ class LiveSession:
 
     def _setup_body(self) -> str:
         rt, lap = self.runtime, self._lap
-        infos = rt.run(rt.all_ids, "info", doing="starting")
+        infos = rt.call(rt.all_ids, LiveWorker.info).wait("starting")
         lap("actors_started")
         (self.out / WORKERS_FILE).write_text(json.dumps([infos[w] for w in rt.all_ids]))
         rt.form_world(master_addr=infos[0]["node_ip"])
         lap("world_group")
-        numels = rt.run(rt.all_ids, "build_model", doing="building the model")
+        numels = rt.call(rt.all_ids, LiveWorker.build_model).wait("building the model")
         self.numel = numels[0]
         lap("models_built")
         roles = rt.roles
@@ -228,16 +230,22 @@ class LiveSession:
         rt.weights_version = version
         rt.take_roles(weights_version=version, lap=lap)
         if self.restored is None:
-            rt.run(roles.trainer_ids, "initial_shard", doing="loading initial weights")
+            rt.call(roles.trainer_ids, LiveWorker.initial_shard).wait("loading initial weights")
         else:
             layout = ShardLayout(numel=self.numel, num_ranks=roles.num_trainers)
             shards = shards_from_full(
                 self.restored.vectors, layout, optimizer_step=self.restored.weights_version
             )
-            calls = {w: ((shards[roles.trainer_rank(w)],), {}) for w in roles.trainer_ids}
-            rt.gather(rt.call_each(calls, "load_shard"), doing="loading the checkpoint")
-            rt.run(roles.trainer_ids, "refresh_model_from_master", doing="gathering weights")
-        rt.run(roles.sync_ids, "sync_weights", doing="first weight sync", weights_version=version)
+            rt.call_each(
+                rt.call([w], LiveWorker.load_shard, shards[roles.trainer_rank(w)])
+                for w in roles.trainer_ids
+            ).wait("loading the checkpoint")
+            rt.call(roles.trainer_ids, LiveWorker.refresh_model_from_master).wait(
+                "gathering weights"
+            )
+        rt.call(roles.sync_ids, LiveWorker.sync_weights, weights_version=version).wait(
+            "first weight sync"
+        )
         weight_bytes = 2 if str(self.live.model.get("dtype", "float32")) != "float32" else 4
         self.estimator = CandidateEstimator(
             candidates=self.live.candidates,
@@ -276,20 +284,17 @@ class LiveSession:
             batch = pending
             assert batch is not None and batch.batch_id == step, "batch order broken"
             self.strategy.before_train(rt)
-            train_refs = self._launch_train(batch)
+            train_calls = self._launch_train(batch)
             launched = None
             if one_step_off and step + 1 < live.num_steps:
                 launched = self._launch_rollout(step + 1)
-            reports = rt.gather(train_refs, doing=f"training on batch {step}")
+            reports = train_calls.wait(f"training on batch {step}")
             pending = self._collect_rollout(step + 1, launched) if launched is not None else None
             sync_start = rt.clock()
             rt.weights_version += 1
-            rt.run(
-                rt.roles.sync_ids,
-                "sync_weights",
-                doing="syncing weights",
-                weights_version=rt.weights_version,
-            )
+            rt.call(
+                rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
+            ).wait("syncing weights")
             end_s = rt.clock()
             self._record_step(
                 step, batch, reports, start_s, end_s, sync_s=end_s - sync_start, concurrent=pending
@@ -331,25 +336,24 @@ class LiveSession:
 
     # --- rollout -------------------------------------------------------------------------
 
-    def _launch_rollout(self, batch_id: int) -> dict:
+    def _launch_rollout(self, batch_id: int) -> Calls[RolloutReport]:
         rt = self.runtime
         if self.live.replay_batches_from is not None:
-            return {}
+            return rt.call_each([])
         prompt_ids = [
             batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
         ]
         parts = split_evenly(prompt_ids, len(rt.roles.rollout_ids))
-        calls = {
-            w: ((), {"batch_id": batch_id, "prompt_ids": part})
+        return rt.call_each(
+            rt.call([w], LiveWorker.generate, batch_id=batch_id, prompt_ids=part)
             for w, part in zip(rt.roles.rollout_ids, parts, strict=True)
             if part
-        }
-        return rt.call_each(calls, "generate")
+        )
 
-    def _collect_rollout(self, batch_id: int, refs: dict) -> RolloutBatch:
+    def _collect_rollout(self, batch_id: int, calls: Calls[RolloutReport]) -> RolloutBatch:
         if self.live.replay_batches_from is not None:
             return load_batch(Path(self.live.replay_batches_from), batch_id)
-        reports = self.runtime.gather(refs, doing=f"generating batch {batch_id}")
+        reports = calls.wait(f"generating batch {batch_id}")
         samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
         versions = {r.weights_version for r in reports.values()}
         if len(versions) != 1:
@@ -370,15 +374,14 @@ class LiveSession:
 
     # --- training ------------------------------------------------------------------------
 
-    def _launch_train(self, batch: RolloutBatch) -> dict:
+    def _launch_train(self, batch: RolloutBatch) -> Calls[TrainReport]:
         rt = self.runtime
         parts = split_by_prompt(batch.samples, rt.roles.num_trainers)
         num_tokens = int(batch.response_lengths().sum())
-        calls = {
-            w: ((part,), {"num_batch_tokens": num_tokens})
+        return rt.call_each(
+            rt.call([w], LiveWorker.train, part, num_batch_tokens=num_tokens)
             for w, part in zip(rt.roles.trainer_ids, parts, strict=True)
-        }
-        return rt.call_each(calls, "train")
+        )
 
     # --- records -------------------------------------------------------------------------
 
@@ -562,7 +565,7 @@ class LiveSession:
 
     def _checkpoint(self, next_step: int, pending: RolloutBatch | None) -> None:
         rt = self.runtime
-        shards = rt.run(rt.roles.trainer_ids, "export_shard", doing="writing a checkpoint")
+        shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("writing a checkpoint")
         ckpt.save(
             self.out,
             ckpt.Checkpoint(

@@ -71,12 +71,12 @@ def setup_runtime(runtime: Runtime) -> int:
     Returns the number of model parameters.
     """
     rt = runtime
-    infos = rt.run(rt.all_ids, "info", doing="starting")
+    infos = rt.call(rt.all_ids, LiveWorker.info).wait("starting")
     rt.form_world(master_addr=infos[0]["node_ip"])
-    numel = rt.run(rt.all_ids, "build_model", doing="building the model")[0]
+    numel = rt.call(rt.all_ids, LiveWorker.build_model).wait("building the model")[0]
     rt.take_roles(weights_version=0)
-    rt.run(rt.roles.trainer_ids, "initial_shard", doing="loading initial weights")
-    rt.run(rt.roles.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
+    rt.call(rt.roles.trainer_ids, LiveWorker.initial_shard).wait("loading initial weights")
+    rt.call(rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=0).wait("first weight sync")
     return int(numel)
 
 

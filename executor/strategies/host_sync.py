@@ -16,31 +16,44 @@ switched in-process on the same actors:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from ray import ObjectRef
+
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
-from ..shards import ShardLayout, sources_of
+from ..shards import ShardLayout, ShardState, sources_of
+from ..worker import LiveWorker
 
 
-def export_shards_to_host(runtime: Runtime, old: RoleMap) -> tuple[dict[int, object], int]:
+def export_shards_to_host(
+    runtime: Runtime, old: RoleMap
+) -> tuple[dict[int, ObjectRef[ShardState]], int]:
     """Every old trainer puts a host copy of its ZeRO-1 slice in the object store.
 
     Returns the references by old trainer rank and the bytes copied.
     """
-    exported = runtime.run(old.trainer_ids, "stash_shard", doing="exporting state")
+    exported = runtime.call(old.trainer_ids, LiveWorker.stash_shard).wait("exporting state")
     shard_refs = {old.trainer_rank(w): ref_list[0] for w, (ref_list, _) in exported.items()}
     return shard_refs, sum(nbytes for _, nbytes in exported.values())
 
 
 def switch_roles_and_bind(
-    runtime: Runtime, log: PhaseLog, *, target: RoleMap, bind_method: str, bind_doing: str
+    runtime: Runtime,
+    log: PhaseLog,
+    *,
+    target: RoleMap,
+    bind: Callable[..., object],
+    bind_doing: str,
 ) -> None:
     """The role switch shared by the in-process strategies, as three timed phases.
 
     Arriving trainers and new rollout replicas switch role on the same actors, then every worker
-    binds the target split's groups through `bind_method` (built now, or cached and prewarmed)
+    binds the target split's groups through the worker method `bind` (built now, or cached and
+    prewarmed)
     and the trainers take their new ranks; `runtime.roles` becomes `target`.
     """
     old = runtime.roles
@@ -48,25 +61,17 @@ def switch_roles_and_bind(
     new_trainers = target.arriving_trainers(old)
     new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
     with log.phase(PhaseName.WORKER_REINIT):
-        runtime.run(
-            new_trainers,
-            "set_role",
-            doing="becoming a trainer",
-            role=Role.TRAIN,
-            weights_version=version,
-        )
+        runtime.call(
+            new_trainers, LiveWorker.set_role, role=Role.TRAIN, weights_version=version
+        ).wait("becoming a trainer")
     with log.phase(PhaseName.ROLLOUT_REINIT):
-        runtime.run(
-            new_replicas,
-            "set_role",
-            doing="becoming a rollout replica",
-            role=Role.ROLLOUT,
-            weights_version=version,
-        )
+        runtime.call(
+            new_replicas, LiveWorker.set_role, role=Role.ROLLOUT, weights_version=version
+        ).wait("becoming a rollout replica")
     with log.phase(PhaseName.COMM_PREWARM):
-        runtime.run(runtime.all_ids, bind_method, doing=bind_doing, roles=target)
+        runtime.call(runtime.all_ids, bind, roles=target).wait(bind_doing)
         runtime.roles = target
-        runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+        runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")
 
 
 def restore_weights_from_host(
@@ -75,26 +80,22 @@ def restore_weights_from_host(
     old: RoleMap,
     target: RoleMap,
     numel: int,
-    shard_refs: dict[int, object],
+    shard_refs: dict[int, ObjectRef[ShardState]],
 ) -> int:
     """Each new trainer re-cuts its master slice from the exported old slices; bytes fetched."""
     old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
     new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
-    calls = {
-        w: (
-            (),
-            {
-                "old_shard_refs": [
-                    shard_refs[r]
-                    for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
-                ]
-            },
+    calls = runtime.call_each(
+        runtime.call(
+            [w],
+            LiveWorker.restore_weights,
+            old_shard_refs=[
+                shard_refs[r] for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
+            ],
         )
         for w in target.trainer_ids
-    }
-    restored = runtime.gather(
-        runtime.call_each(calls, "restore_weights"), doing="restoring weights"
     )
+    restored = calls.wait("restoring weights")
     return sum(restored.values())
 
 
@@ -109,24 +110,28 @@ class HostSyncStrategy(ResizeStrategy):
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
         switch_roles_and_bind(
-            runtime, log, target=target, bind_method="bind_groups", bind_doing="building groups"
+            runtime, log, target=target, bind=LiveWorker.bind_groups, bind_doing="building groups"
         )
 
         first = target.trainer_ids[0]
-        numel = runtime.run([first], "trainer_numel", doing="sizing")[first]
+        numel = runtime.call([first], LiveWorker.trainer_numel).wait("sizing")[first]
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
             extra["bytes_moved"] = restore_weights_from_host(
                 runtime, old=old, target=target, numel=numel, shard_refs=shard_refs
             )
-            runtime.run(target.trainer_ids, "refresh_model_from_master", doing="gathering weights")
-        with log.phase(PhaseName.OPTIMIZER_RESTORE):
-            runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
-        with log.phase(PhaseName.WEIGHT_SYNC) as extra:
-            sizes = runtime.run(
-                target.sync_ids, "sync_weights", doing="syncing weights", weights_version=version
+            runtime.call(target.trainer_ids, LiveWorker.refresh_model_from_master).wait(
+                "gathering weights"
             )
+        with log.phase(PhaseName.OPTIMIZER_RESTORE):
+            runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                "restoring optimizer"
+            )
+        with log.phase(PhaseName.WEIGHT_SYNC) as extra:
+            sizes = runtime.call(
+                target.sync_ids, LiveWorker.sync_weights, weights_version=version
+            ).wait("syncing weights")
             extra["bytes_moved"] = int(sizes[target.trainer_ids[0]]["bytes"])
         with log.phase(PhaseName.POSTPROCESS):
             del shard_refs
-            runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
+            runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait("releasing exported state")
         return log.phases

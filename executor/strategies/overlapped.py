@@ -25,8 +25,9 @@ from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
 from ..staging import MIB, StagingConfig
+from ..worker import LiveWorker
 from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
-from .plan import SliceMove, reshard_moves, staged_bytes
+from .plan import reshard_moves, staged_bytes
 
 FP32_BYTES = 4
 
@@ -80,10 +81,9 @@ class OverlappedStrategy(ResizeStrategy):
             return
         mech = self.mechanisms(runtime)
         settings = runtime.config.staging
-        names = runtime.run(
+        names = runtime.call(
             runtime.all_ids,
-            "open_staging",
-            doing="creating staging pools",
+            LiveWorker.open_staging,
             candidates=list(runtime.config.candidates),
             staging=StagingConfig(
                 chunk_bytes=settings.chunk_mib * MIB,
@@ -92,13 +92,13 @@ class OverlappedStrategy(ResizeStrategy):
             ),
             reuse_communicators=mech.reuse_communicators,
             world_size=len(runtime.workers),
-        )
+        ).wait("creating staging pools")
         self._pools = dict(names)
-        runtime.run(
-            runtime.all_ids, "attach_staging_pools", doing="attaching pools", pools=self._pools
+        runtime.call(runtime.all_ids, LiveWorker.attach_staging_pools, pools=self._pools).wait(
+            "attaching pools"
         )
         if mech.reuse_communicators:
-            runtime.run(runtime.all_ids, "prewarm_groups", doing="prewarming groups")
+            runtime.call(runtime.all_ids, LiveWorker.prewarm_groups).wait("prewarming groups")
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
@@ -108,10 +108,8 @@ class OverlappedStrategy(ResizeStrategy):
         """After the first step on a new split: collect when the background work ended."""
         if not self._background_workers:
             return
-        reports = runtime.run(
-            self._background_workers,
-            "settle_background_moves",
-            doing="finishing background state moves",
+        reports = runtime.call(self._background_workers, LiveWorker.settle_background_moves).wait(
+            "finishing background state moves"
         )
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
@@ -135,7 +133,7 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._ready:
             return
         self.after_step(runtime)
-        runtime.run(runtime.all_ids, "close_staging", doing="closing staging pools")
+        runtime.call(runtime.all_ids, LiveWorker.close_staging).wait("closing staging pools")
         self._ready = False
 
     def pop_background_phases(self) -> list[PhaseTiming]:
@@ -153,16 +151,15 @@ class OverlappedStrategy(ResizeStrategy):
         old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
-        numel = runtime.run([old.trainer_ids[0]], "trainer_numel", doing="sizing")[
-            old.trainer_ids[0]
-        ]
+        first = old.trainer_ids[0]
+        numel = runtime.call([first], LiveWorker.trainer_numel).wait("sizing")[first]
         moves = reshard_moves(old, target, numel=numel)
         involved = tuple(sorted(set(old.trainer_ids) | set(target.trainer_ids)))
 
         shard_refs = None
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             if mech.staging:
-                held = runtime.run(old.trainer_ids, "hold_shard", doing="holding shards")
+                held = runtime.call(old.trainer_ids, LiveWorker.hold_shard).wait("holding shards")
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
@@ -171,21 +168,21 @@ class OverlappedStrategy(ResizeStrategy):
             runtime,
             log,
             target=target,
-            bind_method="bind_cached_groups",
+            bind=LiveWorker.bind_cached_groups,
             bind_doing="binding groups",
         )
 
         step = version  # AdamW steps applied so far
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
             if mech.staging:
-                self._run_staged(
-                    runtime,
+                runtime.call(
                     involved,
-                    "move_master_slices",
-                    doing="moving master slices",
+                    LiveWorker.move_master_slices,
                     moves=moves,
+                    pools=self._pools,
+                    transfer_base=self._next_transfer_ids(len(moves)),
                     optimizer_step=step,
-                )
+                ).wait("moving master slices")
                 extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
             else:
                 assert shard_refs is not None
@@ -196,59 +193,38 @@ class OverlappedStrategy(ResizeStrategy):
         critical_moments = not mech.defer_optimizer
         with log.phase(PhaseName.OPTIMIZER_RESTORE, critical=True) as extra:
             if mech.staging:
-                self._run_staged(
-                    runtime,
+                runtime.call(
                     involved,
-                    "move_moment_slices",
-                    doing="moving optimizer moments",
+                    LiveWorker.move_moment_slices,
                     moves=moves,
+                    pools=self._pools,
+                    transfer_base=self._next_transfer_ids(len(moves)),
                     optimizer_step=step,
                     deferred=mech.defer_optimizer,
-                )
+                ).wait("moving optimizer moments")
                 if critical_moments:
                     extra["bytes_moved"] = 2 * staged_bytes(moves, bytes_per_element=FP32_BYTES)
             elif mech.defer_optimizer:
-                runtime.run(
-                    target.trainer_ids,
-                    "defer_host_moments",
-                    doing="deferring moments",
-                    optimizer_step=step,
-                )
+                runtime.call(
+                    target.trainer_ids, LiveWorker.defer_host_moments, optimizer_step=step
+                ).wait("deferring moments")
             else:
-                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+                runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                    "restoring optimizer"
+                )
         if mech.defer_optimizer:
             self._background_workers = involved if mech.staging else target.trainer_ids
 
         if shard_refs is not None:
             with log.phase(PhaseName.POSTPROCESS):
                 del shard_refs
-                runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
+                runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait(
+                    "releasing exported state"
+                )
         return log.phases
 
-    def _run_staged(
-        self,
-        runtime: Runtime,
-        workers: tuple[int, ...],
-        method: str,
-        *,
-        doing: str,
-        moves: list[SliceMove],
-        optimizer_step: int,
-        **options: object,
-    ) -> None:
-        """One staged move through the workers' pools, with a fresh block of transfer ids."""
-        runtime.run(
-            workers,
-            method,
-            doing=doing,
-            moves=moves,
-            pools=self._pools,
-            transfer_base=self._next_transfer_ids(len(moves)),
-            optimizer_step=optimizer_step,
-            **options,
-        )
-
     def _next_transfer_ids(self, count: int) -> int:
+        """A fresh block of transfer ids for one staged move of `count` slices."""
         base = self._transfers
         self._transfers += 2 * count + 2
         return base

@@ -55,12 +55,9 @@ class StopAndRebuildStrategy(ResizeStrategy):
         folder = self.checkpoint_root / f"dynaresize-rebuild-{uuid.uuid4().hex[:12]}"
         try:
             with log.phase(PhaseName.STATE_EXPORT) as extra:
-                saved = runtime.run(
-                    old.trainer_ids,
-                    "save_state_to_disk",
-                    doing="writing the checkpoint",
-                    directory=str(folder),
-                )
+                saved = runtime.call(
+                    old.trainer_ids, LiveWorker.save_state_to_disk, directory=str(folder)
+                ).wait("writing the checkpoint")
                 extra["bytes_moved"] = int(sum(r["bytes"] for r in saved.values()))
 
             with log.phase(PhaseName.WORKER_REINIT):
@@ -69,49 +66,47 @@ class StopAndRebuildStrategy(ResizeStrategy):
                 fresh = self.actor_factory(runtime)
                 runtime.workers[:] = fresh  # the cluster's list too: it shuts these down
                 runtime.roles = target
-                runtime.run(runtime.all_ids, "info", doing="restarting workers")
-                runtime.run(runtime.all_ids, "build_model", doing="rebuilding the model")
+                runtime.call(runtime.all_ids, LiveWorker.info).wait("restarting workers")
+                runtime.call(runtime.all_ids, LiveWorker.build_model).wait("rebuilding the model")
 
             with log.phase(PhaseName.COMM_PREWARM):
-                infos = runtime.run([0], "info", doing="finding the rendezvous host")
+                infos = runtime.call([0], LiveWorker.info).wait("finding the rendezvous host")
                 runtime.form_world(master_addr=infos[0]["node_ip"])
-                runtime.run(runtime.all_ids, "bind_groups", doing="building groups", roles=target)
+                runtime.call(runtime.all_ids, LiveWorker.bind_groups, roles=target).wait(
+                    "building groups"
+                )
 
             with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
-                loaded = runtime.run(
-                    runtime.all_ids,
-                    "load_model_from_disk",
-                    doing="loading model weights",
-                    directory=str(folder),
-                )
-                runtime.run(
+                loaded = runtime.call(
+                    runtime.all_ids, LiveWorker.load_model_from_disk, directory=str(folder)
+                ).wait("loading model weights")
+                runtime.call(
                     target.trainer_ids,
-                    "set_role",
-                    doing="becoming a trainer",
+                    LiveWorker.set_role,
                     role=Role.TRAIN,
                     weights_version=version,
-                )
-                runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding ranks")
-                restored = runtime.run(
+                ).wait("becoming a trainer")
+                runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding ranks")
+                restored = runtime.call(
                     target.trainer_ids,
-                    "restore_weights_from_disk",
-                    doing="loading trainer slices",
+                    LiveWorker.restore_weights_from_disk,
                     directory=str(folder),
                     old_num_ranks=old.num_trainers,
-                )
+                ).wait("loading trainer slices")
                 extra["bytes_moved"] = int(sum(loaded.values()) + sum(restored.values()))
 
             with log.phase(PhaseName.OPTIMIZER_RESTORE):
-                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+                runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                    "restoring optimizer"
+                )
 
             with log.phase(PhaseName.ROLLOUT_REINIT):
-                runtime.run(
+                runtime.call(
                     target.rollout_ids,
-                    "set_role",
-                    doing="starting rollout replicas",
+                    LiveWorker.set_role,
                     role=Role.ROLLOUT,
                     weights_version=version,
-                )
+                ).wait("starting rollout replicas")
         finally:
             with log.phase(PhaseName.POSTPROCESS):
                 shutil.rmtree(folder, ignore_errors=True)

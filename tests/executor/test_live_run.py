@@ -24,6 +24,7 @@ from dynaresize.executor.lineage import LineageError, check_lineage
 from dynaresize.executor.records import LINEAGE_JSONL
 from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.shards import full_vectors
+from dynaresize.executor.worker import LiveWorker
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
@@ -171,7 +172,7 @@ def replayed_session(resized_run, tmp_path_factory):
 
 def _trainer_state(session: LiveSession) -> dict[str, torch.Tensor]:
     rt = session.runtime
-    shards = rt.run(rt.roles.trainer_ids, "export_shard", doing="test export")
+    shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
     steps = {s.optimizer_step for s in shards.values()}
     assert len(steps) == 1
     return full_vectors(list(shards.values())) | {"step": torch.tensor(steps.pop())}
@@ -202,7 +203,7 @@ def test_trainer_state_survives_new_rank_counts_and_back_bit_for_bit(replayed_se
     for label in ("3:1", "1:3", "2:2"):
         session.strategy.resize(rt, target=RoleMap.for_allocation(Allocation.parse(label)))
         assert rt.roles.allocation.label == label
-        weights = rt.run(rt.all_ids, "flat_weights", doing="test weights")
+        weights = rt.call(rt.all_ids, LiveWorker.flat_weights).wait("test weights")
         master = _trainer_state(session)["master"]
         for worker_id, flat in weights.items():  # trainers and replicas hold the master, bitwise
             assert torch.equal(flat, master), worker_id

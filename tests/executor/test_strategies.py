@@ -79,6 +79,8 @@ def test_resize_cost_is_the_gap_and_the_first_step_slowdown() -> None:
 
 ray = pytest.importorskip("ray")
 
+from dynaresize.executor.worker import LiveWorker  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def live_config():
@@ -120,8 +122,10 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
     roles = rt.roles
     layout = ShardLayout(numel=numel, num_ranks=roles.num_trainers)
     shards = shards_from_full(vectors, layout, optimizer_step=optimizer_step)
-    calls = {w: ((shards[roles.trainer_rank(w)],), {}) for w in roles.trainer_ids}
-    rt.gather(rt.call_each(calls, "load_shard"), doing="loading state")
+    rt.call_each(
+        rt.call([w], LiveWorker.load_shard, shards[roles.trainer_rank(w)])
+        for w in roles.trainer_ids
+    ).wait("loading state")
     rt.weights_version = optimizer_step
     return vectors
 
@@ -129,12 +133,12 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
 def _current_vectors(rt) -> dict[str, torch.Tensor]:
     from dynaresize.executor.shards import full_vectors
 
-    shards = rt.run(rt.roles.trainer_ids, "export_shard", doing="exporting")
+    shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("exporting")
     return full_vectors(list(shards.values()))
 
 
 def _round_trip(rt, strategy, *, optimizer_step: int) -> list:
-    numel = rt.run([0], "trainer_numel", doing="sizing")[0]
+    numel = rt.call([0], LiveWorker.trainer_numel).wait("sizing")[0]
     before = _load_random_state(rt, numel, optimizer_step=optimizer_step)
     start, other = rt.roles, RoleMap.for_allocation(Allocation.parse("1:2"))
     phases = []
@@ -182,17 +186,18 @@ def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runti
 
 @pytest.mark.live
 def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> None:
-    from dynaresize.executor.strategies.stop_and_rebuild import (
-        StopAndRebuildStrategy,
-        restart_workers,
-    )
+    from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
 
-    numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
+    numel = runtime.call([0], LiveWorker.trainer_numel).wait("sizing")[0]
     before = _load_random_state(runtime, numel, optimizer_step=9)
-    old_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
-    strategy = StopAndRebuildStrategy(actor_factory=restart_workers)
+    old_pids = {
+        i["pid"] for i in runtime.call(runtime.all_ids, LiveWorker.info).wait("pids").values()
+    }
+    strategy = StopAndRebuildStrategy()
     phases = strategy.resize(runtime, target=RoleMap.for_allocation(Allocation.parse("1:2")))
-    new_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
+    new_pids = {
+        i["pid"] for i in runtime.call(runtime.all_ids, LiveWorker.info).wait("pids").values()
+    }
     assert not old_pids & new_pids
     assert all(p.critical for p in phases)
     assert next(p.phase for p in phases) is PhaseName.STATE_EXPORT
