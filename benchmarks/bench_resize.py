@@ -72,7 +72,7 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def model_spec(name: str, *, device: str) -> dict[str, Any]:
-    from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE as QWEN2_VOCAB
+    from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE as QWEN2_VOCAB
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     if name in MODEL_CONFIGS:
@@ -174,15 +174,16 @@ def _phase(p) -> dict[str, Any]:
 
 
 def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) -> dict:
+    from dynaresize.executor.config import OverlappedMechanisms
     from dynaresize.executor.strategies.harness import restart_bench_workers
     from dynaresize.executor.strategies.measure import resize_costs
-    from dynaresize.executor.strategies.overlapped import Mechanisms, OverlappedStrategy
+    from dynaresize.executor.strategies.overlapped import OverlappedStrategy
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
 
     if switches is None:
         strategy = StopAndRebuildStrategy(actor_factory=restart_bench_workers)
     else:
-        strategy = OverlappedStrategy(Mechanisms(**switches))
+        strategy = OverlappedStrategy(OverlappedMechanisms(**switches))
     seq = Sequence(runtime, batch_size=batch_size, seq_len=seq_len)
     seq.step(strategy)  # warm-up: first use of the pools, caches and kernels
     seq.step(strategy)

@@ -46,6 +46,7 @@ from .estimates import CandidateEstimator
 from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy
+from .rl.model_spec import ModelDtype
 from .roles import RoleMap
 from .rollout import RolloutReport
 from .runtime import Calls, Runtime, WorkerLostError
@@ -180,7 +181,9 @@ class LiveSession:
             cluster=f"{self.live.num_workers} workers on {device_name}",
             gpu_type=device_name,
             num_gpus=self.live.num_workers,
-            model_name=json.dumps(self.live.model, sort_keys=True),
+            model_name=json.dumps(
+                self.live.model.model_dump(mode="json", exclude_unset=True), sort_keys=True
+            ),
             model_params_b=self.numel / 1e9,
             pipeline_mode=self.live.pipeline,
             start_train_gpus=self.runtime.roles.allocation.train_gpus,
@@ -246,7 +249,7 @@ class LiveSession:
         rt.call(roles.sync_ids, LiveWorker.sync_weights, weights_version=version).wait(
             "first weight sync"
         )
-        weight_bytes = 2 if str(self.live.model.get("dtype", "float32")) != "float32" else 4
+        weight_bytes = 2 if self.live.model.dtype is not ModelDtype.FLOAT32 else 4
         self.estimator = CandidateEstimator(
             candidates=self.live.candidates,
             pipeline=self.live.pipeline,

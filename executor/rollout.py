@@ -12,11 +12,31 @@ import time
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
 from .batch import RolloutSample
+from .config import LiveConfig
 from .rl.engine import FinishReason, GenerationRequest, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
-from .rl.task import RepeatTask
+from .rl.task import TOKENIZER, RepeatTask
+
+
+def sampler_config(live: LiveConfig) -> SamplerConfig:
+    """A KV cache with a row per sample of a whole batch and room for the longest sequence."""
+    return SamplerConfig(
+        max_batch_size=live.samples_per_step,
+        max_seq_len=live.max_prompt_tokens() + live.max_response_tokens,
+    )
+
+
+def sampling_params(live: LiveConfig) -> SamplingParams:
+    return SamplingParams(
+        temperature=live.temperature,
+        top_p=live.top_p,
+        max_new_tokens=live.max_response_tokens,
+        eos_token_id=TOKENIZER.eos_token_id,
+        seed=live.seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -37,7 +57,7 @@ class RolloutRole:
         self,
         *,
         worker_id: int,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         task: RepeatTask,
         sampler: SamplerConfig,
         params: SamplingParams,

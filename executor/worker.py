@@ -28,7 +28,7 @@ from .cluster import free_port
 from .config import RolloutEngines
 from .rl.model import build_model, load_flat_parameters
 from .roles import RoleMap
-from .rollout import RolloutReport, RolloutRole
+from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState, recut
 from .strategies.overlapped_worker import OverlappedWorkerSide
 from .strategies.stop_and_rebuild_worker import StopAndRebuildWorkerSide
@@ -77,7 +77,7 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
 
     def build_model(self) -> int:
         """Build the model from the config's spec (same seed on every worker: same weights)."""
-        self._model = build_model(self.config.model_spec(), device=self.device)
+        self._model = build_model(self.config.model, device=self.device)
         self._model.requires_grad_(True)
         return flat_numel(self._model)
 
@@ -147,8 +147,8 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             worker_id=self.worker_id,
             model=self.model,
             task=self.config.build_task(),
-            sampler=self.config.sampler_config(),
-            params=self.config.sampling_params(),
+            sampler=sampler_config(self.config),
+            params=sampling_params(self.config),
             samples_per_prompt=self.config.samples_per_prompt,
             weights_version=weights_version,
         )

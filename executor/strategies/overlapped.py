@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from dynaresize.traces.phases import PhaseName, StrategyName
 
+from ..config import OverlappedMechanisms
 from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
@@ -32,31 +31,11 @@ from .plan import reshard_moves, staged_bytes
 FP32_BYTES = 4
 
 
-class Mechanisms(BaseModel):
-    """Which of the overlapped strategy's mechanisms are on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    reuse_communicators: bool = Field(
-        default=True, description="Bind cached, background-prewarmed groups at a resize."
-    )
-    staging: bool = Field(
-        default=True, description="Stream state through bounded host buffers (else host copies)."
-    )
-    defer_optimizer: bool = Field(
-        default=True, description="Move optimizer moments after the boundary, before their use."
-    )
-
-    @property
-    def label(self) -> str:
-        on = [n for n, v in self.model_dump().items() if v]
-        return "+".join(on) if on else "none"
-
-
 class OverlappedStrategy(ResizeStrategy):
     name = StrategyName.OVERLAPPED
 
-    def __init__(self, mechanisms: Mechanisms | None = None) -> None:
+    def __init__(self, mechanisms: OverlappedMechanisms | None = None) -> None:
+        """`mechanisms`: the run config's `overlapped` section when None."""
         self._mechanisms = mechanisms
         self._pools: dict[int, str] = {}
         self._ready = False
@@ -66,13 +45,9 @@ class OverlappedStrategy(ResizeStrategy):
 
     # --- setup and hooks -----------------------------------------------------------------
 
-    def mechanisms(self, runtime: Runtime) -> Mechanisms:
+    def mechanisms(self, runtime: Runtime) -> OverlappedMechanisms:
         if self._mechanisms is None:
-            settings = runtime.config.staging
-            self._mechanisms = Mechanisms(
-                reuse_communicators=settings.reuse_communicators,
-                defer_optimizer=settings.defer_optimizer_reload,
-            )
+            self._mechanisms = runtime.config.overlapped
         return self._mechanisms
 
     def prepare(self, runtime: Runtime) -> None:

@@ -64,7 +64,8 @@ def live_config(**overrides) -> LiveConfig:
 
 
 def tiny_numel() -> int:
-    from dynaresize.executor.rl.model import ModelSpec, build_model
+    from dynaresize.executor.rl.model import build_model
+    from dynaresize.executor.rl.model_spec import ModelSpec
 
     return sum(p.numel() for p in build_model(ModelSpec(preset="tiny")).parameters())
 
@@ -189,7 +190,8 @@ def test_the_same_batches_without_resizes_reach_the_same_parameters(resized_run,
         # Different data-parallel splits only reorder floating-point sums (docs/live-executor.md)
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=key)
     # the parameters did move: the comparison is not between two untouched initialisations
-    from dynaresize.executor.rl.model import ModelSpec, build_model
+    from dynaresize.executor.rl.model import build_model
+    from dynaresize.executor.rl.model_spec import ModelSpec
 
     initial = torch.cat([p.detach().reshape(-1) for p in build_model(ModelSpec()).parameters()])
     assert (static["master"] - initial).abs().max() > 1e-3

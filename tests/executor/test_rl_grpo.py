@@ -17,7 +17,8 @@ from dynaresize.executor.rl.grpo import (  # noqa: E402
     kl_k3,
     token_logprobs,
 )
-from dynaresize.executor.rl.model import ModelSpec, build_model  # noqa: E402
+from dynaresize.executor.rl.model import build_model  # noqa: E402
+from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

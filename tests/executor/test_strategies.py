@@ -164,10 +164,11 @@ MECHANISMS = [
 
 @pytest.mark.live
 def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runtime) -> None:
-    from dynaresize.executor.strategies.overlapped import Mechanisms, OverlappedStrategy
+    from dynaresize.executor.config import OverlappedMechanisms
+    from dynaresize.executor.strategies.overlapped import OverlappedStrategy
 
     for index, switches in enumerate(MECHANISMS):
-        mechanisms = Mechanisms(**switches)
+        mechanisms = OverlappedMechanisms(**switches)
         strategy = OverlappedStrategy(mechanisms)
         phases = _round_trip(runtime, strategy, optimizer_step=3 + index)
         names = {p.phase for p in phases}
