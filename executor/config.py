@@ -2,9 +2,10 @@
 
 Everything here is checked when the config is built, before Ray or torch start (this module and
 what it imports need neither), so a typo or an impossible split fails in a second with an error
-naming the field instead of minutes later inside a worker. The model and task are the RL
-core's own config types (`rl/model_spec.py`, `rl/task.py`); this module adds what only a
-distributed run has: devices, workers, roles, pipelining, resizes, checkpoints.
+naming the field instead of minutes later inside a worker. The model, task, objective
+and optimizer are the RL core's own config types (`rl/model_spec.py`, `rl/task.py`,
+`rl/settings.py`); this module adds what only a distributed run has: devices, workers, roles,
+pipelining, resizes, checkpoints.
 
 Old keys that still read: `staging.reuse_communicators` and `staging.defer_optimizer_reload`
 (now `overlapped.reuse_communicators` and `overlapped.defer_optimizer`).
@@ -23,6 +24,7 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from .rl.model_spec import ModelPreset, ModelSpec
+from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .rl.task import RepeatTask, RepeatTaskConfig
 
 
@@ -111,35 +113,6 @@ def _move_old_staging_keys(data: Any) -> Any:
                 f"staging.{old} is the old name of overlapped.{new}; give only overlapped.{new}"
             )
     return {**data, "staging": staging, "overlapped": {**overlapped, **moved}}
-
-
-class ObjectiveSettings(BaseModel):
-    """The GRPO objective (the RL core's `rl.grpo`), without a reference model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    clip_eps_low: float = Field(default=0.2, ge=0, description="Lower clip: ratio >= 1 - this.")
-    clip_eps_high: float = Field(default=0.2, ge=0, description="Upper clip: ratio <= 1 + this.")
-    normalize_advantage_std: bool = Field(
-        default=True, description="Divide advantages by the group's reward standard deviation."
-    )
-    advantage_eps: float = Field(
-        default=1e-6, gt=0, description="Added to the group std before dividing."
-    )
-
-
-class OptimizerSettings(BaseModel):
-    """AdamW over the flat, sharded parameter vector (ZeRO-1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
-    eps: float = Field(default=1e-8, gt=0, description="Adam epsilon.")
-    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay.")
-    grad_clip_norm: float | None = Field(
-        default=1.0, gt=0, description="Clip the global gradient norm to this; None: no clipping."
-    )
 
 
 class LiveConfig(BaseModel):

@@ -43,12 +43,11 @@ from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
-from .objective import group_advantages
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy
 from .rl.model_spec import ModelDtype
 from .roles import RoleMap
-from .rollout import RolloutReport
+from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime, WorkerLostError
 from .shards import ShardLayout, full_vectors, shards_from_full
 from .strategies.catalog import build_strategy
@@ -357,17 +356,7 @@ class LiveSession:
         if self.live.replay_batches_from is not None:
             return load_batch(Path(self.live.replay_batches_from), batch_id)
         reports = calls.wait(f"generating batch {batch_id}")
-        samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
-        versions = {r.weights_version for r in reports.values()}
-        if len(versions) != 1:
-            raise RuntimeError(f"batch {batch_id} was generated with weights versions {versions}")
-        batch = RolloutBatch(
-            batch_id=batch_id,
-            weights_version=versions.pop(),
-            samples=group_advantages(samples, settings=self.live.objective),
-            rollout_s=max(r.wall_s for r in reports.values()),
-            replica_s={w: r.wall_s for w, r in reports.items()},
-        )
+        batch = collect_batch(batch_id, reports, objective=self.live.objective)
         if self.live.record_batches:
             save_batch(self.out, batch)
         return batch

@@ -9,15 +9,18 @@ resize that changes the number of replicas does not change the data.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel
 
-from .batch import RolloutSample
+from .batch import RolloutBatch, RolloutSample
 from .config import LiveConfig
+from .objective import group_advantages
 from .rl.engine import FinishReason, GenerationRequest, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
+from .rl.settings import ObjectiveSettings
 from .rl.task import TOKENIZER, RepeatTask
 
 
@@ -77,7 +80,9 @@ class RolloutRole:
         self.engine.load_weights(flat.to(self.engine.device))
         self.weights_version = weights_version
 
-    def generate(self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int):
+    def generate(
+        self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int
+    ) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
         start = time.perf_counter()
         items = {
@@ -120,3 +125,24 @@ class RolloutRole:
             wall_s=time.perf_counter() - start,
             samples=samples,
         )
+
+
+def collect_batch(
+    batch_id: int, reports: Mapping[int, RolloutReport], *, objective: ObjectiveSettings
+) -> RolloutBatch:
+    """One step's batch from its replicas' reports (by worker id), with group advantages.
+
+    Samples are ordered by (prompt id, sample index), so however the prompts were split over
+    replicas and in whatever order the reports arrive, the same samples give the same batch.
+    """
+    samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
+    versions = {r.weights_version for r in reports.values()}
+    if len(versions) != 1:
+        raise RuntimeError(f"batch {batch_id} was generated with weights versions {versions}")
+    return RolloutBatch(
+        batch_id=batch_id,
+        weights_version=versions.pop(),
+        samples=group_advantages(samples, settings=objective),
+        rollout_s=max(r.wall_s for r in reports.values()),
+        replica_s={w: r.wall_s for w, r in reports.items()},
+    )

@@ -20,10 +20,10 @@ import torch
 import torch.distributed as dist
 
 from .batch import RolloutSample
-from .config import ObjectiveSettings, OptimizerSettings
 from .deferred_optimizer import DeferredOptimizerState
 from .objective import microbatch_loss
 from .rl.model import load_flat_parameters
+from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
 
 
