@@ -45,7 +45,6 @@ from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .records import LineageRecord, RunRecorder
 from .resize import ResizeStrategy
-from .rl.model_spec import ModelDtype
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime, WorkerLostError
@@ -248,13 +247,10 @@ class LiveSession:
         rt.call(roles.sync_ids, LiveWorker.sync_weights, weights_version=version).wait(
             "first weight sync"
         )
-        weight_bytes = 2 if self.live.model.dtype is not ModelDtype.FLOAT32 else 4
-        self.estimator = CandidateEstimator(
-            candidates=self.live.candidates,
-            pipeline=self.live.pipeline,
-            strategy=self.strategy.name,
+        self.estimator = CandidateEstimator.for_run(
+            self.live,
             num_params=self.numel,
-            weight_bytes_per_param=weight_bytes,
+            strategy=self.strategy.name,
             costs_path=self.costs_path,
             scenario=self.scenario,
         )

@@ -28,7 +28,7 @@ from dynaresize.policies.types import (
 from dynaresize.traces.phases import StrategyName
 
 from .batch import RolloutBatch
-from .config import PipelineMode
+from .config import LiveConfig, PipelineMode
 
 if TYPE_CHECKING:
     from dynaresize.twin.costs import CostModels
@@ -50,6 +50,7 @@ class CandidateEstimator:
     ) -> None:
         self.candidates = candidates
         self.pipeline = pipeline
+        self.weight_bytes_per_param = weight_bytes_per_param
         self.scenario = scenario if costs_path is not None else None
         self.costs = _load_costs(costs_path)
         self.model_source = self.costs.cost_source
@@ -62,6 +63,28 @@ class CandidateEstimator:
         costlier = self._plans.costlier
         # One figure for the cost feedback's fallback: the costlier direction's plan.
         self.model_critical_s, self.model_background_s = costlier.critical_s, costlier.slowdown_s
+
+    @classmethod
+    def for_run(
+        cls,
+        live: LiveConfig,
+        *,
+        num_params: int,
+        strategy: StrategyName,
+        costs_path: Path | None,
+        scenario: Any | None = None,
+    ) -> CandidateEstimator:
+        """The estimator of a live run: its candidates and pipeline, its model's parameter count
+        and bytes per parameter (from the model's dtype)."""
+        return cls(
+            candidates=live.candidates,
+            pipeline=live.pipeline,
+            strategy=strategy,
+            num_params=num_params,
+            weight_bytes_per_param=live.model.dtype.bytes_per_param,
+            costs_path=costs_path,
+            scenario=scenario,
+        )
 
     def predict(
         self,

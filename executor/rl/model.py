@@ -20,6 +20,7 @@ TORCH_DTYPES: dict[ModelDtype, torch.dtype] = {
     ModelDtype.FLOAT32: torch.float32,
     ModelDtype.BFLOAT16: torch.bfloat16,
     ModelDtype.FLOAT16: torch.float16,
+    ModelDtype.FLOAT64: torch.float64,
 }
 
 

@@ -28,6 +28,21 @@ class ModelDtype(str, Enum):
     FLOAT32 = "float32"
     BFLOAT16 = "bfloat16"
     FLOAT16 = "float16"
+    FLOAT64 = "float64"
+    """For numerics checks on CPU."""
+
+    @property
+    def bytes_per_param(self) -> int:
+        """Bytes one parameter takes in this dtype (what a weight transfer moves per element)."""
+        return _BYTES_PER_PARAM[self]
+
+
+_BYTES_PER_PARAM = {
+    ModelDtype.FLOAT32: 4,
+    ModelDtype.BFLOAT16: 2,
+    ModelDtype.FLOAT16: 2,
+    ModelDtype.FLOAT64: 8,
+}
 
 
 # Architecture of each preset. Vocabulary sizes are left out: a preset takes the task tokenizer's
