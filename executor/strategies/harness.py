@@ -19,6 +19,7 @@ from ..config import LiveConfig
 from ..roles import RoleMap
 from ..runtime import Runtime
 from ..worker import LiveWorker
+from ..worker_setup import set_up_workers
 from .stop_and_rebuild import restart_workers
 
 
@@ -65,25 +66,11 @@ class BenchWorker(LiveWorker):
         trainer.optimizer_step += 1
 
 
-def setup_runtime(runtime: Runtime) -> int:
-    """The driver's setup: world group, model, groups, roles, initial slices, first sync.
-
-    Returns the number of model parameters.
-    """
-    rt = runtime
-    infos = rt.call(rt.all_ids, LiveWorker.info).wait("starting")
-    rt.form_world(master_addr=infos[0]["node_ip"])
-    numel = rt.call(rt.all_ids, LiveWorker.build_model).wait("building the model")[0]
-    rt.take_roles(weights_version=0)
-    rt.call(rt.roles.trainer_ids, LiveWorker.initial_shard).wait("loading initial weights")
-    rt.call(rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=0).wait("first weight sync")
-    return int(numel)
-
-
 def start_runtime(
     config: LiveConfig, *, actor_cls: type[LiveWorker] = LiveWorker
 ) -> tuple[Runtime, PlacementGroup, bool]:
-    """Ray (joined or started), the placement group, the workers, and the driver's setup."""
+    """Ray (joined or started), the placement group, the workers, and the driver's setup
+    (`worker_setup.set_up_workers`)."""
     started = connect(address=None, config=config)
     group = reserve(config)
     workers = start_workers(config, group, actor_cls=actor_cls)
@@ -93,7 +80,7 @@ def start_runtime(
         roles=RoleMap.for_allocation(config.initial_allocation),
         start_wall=time.perf_counter(),
     )
-    setup_runtime(runtime)
+    set_up_workers(runtime)
     return runtime, group, started
 
 
