@@ -15,7 +15,7 @@ measured (`measured`); the twin's resize cost model with the parameters of `--co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .batch import RolloutBatch
 from .config import LiveConfig, PipelineMode
 
 if TYPE_CHECKING:
+    from dynaresize.twin.config import ScenarioConfig
     from dynaresize.twin.costs import CostModels
 
 
@@ -46,7 +47,7 @@ class CandidateEstimator:
         num_params: int,
         weight_bytes_per_param: int,
         costs_path: Path | None,
-        scenario: Any | None = None,
+        scenario: ScenarioConfig | None = None,
     ) -> None:
         self.candidates = candidates
         self.pipeline = pipeline
@@ -72,7 +73,7 @@ class CandidateEstimator:
         num_params: int,
         strategy: StrategyName,
         costs_path: Path | None,
-        scenario: Any | None = None,
+        scenario: ScenarioConfig | None = None,
     ) -> CandidateEstimator:
         """The estimator of a live run: its candidates and pipeline, its model's parameter count
         and bytes per parameter (from the model's dtype)."""
@@ -95,7 +96,7 @@ class CandidateEstimator:
         last_batch: RolloutBatch | None = None,
     ) -> tuple[CandidatePrediction, ...]:
         if self.scenario is not None and last_batch is not None:
-            stages = self._twin_stages(last_batch)
+            stages = self._twin_stages(last_batch, self.scenario)
         else:
             stages = self._scaled_stages(current, recent)
         source = CostSource.MEASURED if measured_resize_s else self.model_source
@@ -138,7 +139,9 @@ class CandidateEstimator:
             for c in self.candidates
         ]
 
-    def _twin_stages(self, batch: RolloutBatch) -> list[tuple[float, float, float]]:
+    def _twin_stages(
+        self, batch: RolloutBatch, scenario: ScenarioConfig
+    ) -> list[tuple[float, float, float]]:
         from dynaresize.traces.workload import Workload
         from dynaresize.twin.step_costs import stage_time_components
 
@@ -146,8 +149,8 @@ class CandidateEstimator:
         rollout, train, sync = stage_time_components(
             workload,
             candidates=self.candidates,
-            cluster=self.scenario.cluster,
-            model=self.scenario.model,
+            cluster=scenario.cluster,
+            model=scenario.model,
             costs=self.costs,
             starts_run=False,
         )

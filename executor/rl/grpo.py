@@ -15,7 +15,7 @@ Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `to
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 
@@ -77,8 +77,14 @@ class TrainBatch:
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TrainBatch:
         """A batch of `fn` applied to every tensor (absent log-probs stay absent)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return TrainBatch(**{k: None if v is None else fn(v) for k, v in values.items()})
+        return TrainBatch(
+            input_ids=fn(self.input_ids),
+            attention_mask=fn(self.attention_mask),
+            response_mask=fn(self.response_mask),
+            advantages=fn(self.advantages),
+            old_logprobs=None if self.old_logprobs is None else fn(self.old_logprobs),
+            ref_logprobs=None if self.ref_logprobs is None else fn(self.ref_logprobs),
+        )
 
 
 def group_advantages(

@@ -56,7 +56,9 @@ def build_model(spec: ModelSpec, *, device: str | torch.device = "cpu") -> PreTr
             dtype=TORCH_DTYPES[spec.dtype],
             attn_implementation=spec.attn_implementation,
         )
-        return model.to(device).eval()
+        # transformers wraps PreTrainedModel.to with functools.wraps, and its annotations then
+        # type the bound method as unbound (a missing `self`).
+        return model.to(device=device).eval()  # type: ignore[call-arg]
     config = hf_config(spec)
     config._attn_implementation = spec.attn_implementation
     with torch.random.fork_rng(devices=[]):  # weights are drawn on the CPU generator
