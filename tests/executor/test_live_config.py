@@ -106,7 +106,7 @@ def test_the_live_config_loads_without_torch_or_ray() -> None:
         "for name in ('torch', 'transformers', 'ray'):\n"
         "    sys.modules[name] = None  # any import of them raises ImportError\n"
         "from dynaresize.config_io import load_yaml_mapping\n"
-        "from dynaresize.executor.config import LiveConfig\n"
+        "from dynaresize.executor import LiveConfig\n"
         f"data = load_yaml_mapping({str(BUILTIN_CONFIG_DIR / 'live_cpu.yaml')!r})\n"
         "live = LiveConfig.model_validate(data['live'])\n"
         "print(live.model.resolved_preset.value, live.num_workers)\n"
