@@ -63,6 +63,7 @@ def measure(live: dict) -> dict:
     import torch
 
     from dynaresize.executor.config import LiveConfig
+    from dynaresize.executor.rollout import sampler_config
     from dynaresize.executor.worker import LiveWorker
 
     config = LiveConfig.model_validate({**live, "rollout_engines": "resident"})
@@ -73,7 +74,7 @@ def measure(live: dict) -> dict:
     weights_bytes = sum(p.numel() * p.element_size() for p in worker.model.parameters())
     worker.prebuild_rollout_engine()  # a worker without a role builds and keeps one engine
     torch.cuda.synchronize()
-    sampler = config.sampler_config()
+    sampler = sampler_config(config)
     result = {
         "kv_rows": sampler.max_batch_size,
         "max_seq_len": sampler.max_seq_len,

@@ -26,7 +26,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def qwen2_0_5b_untied() -> dict:
     """The Qwen2-0.5B shape with Qwen2's vocabulary and untied input/output embeddings: 0.63B
     parameters, so that the run is above half a billion whatever the tokenizer."""
-    from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, preset_architecture
+    from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, preset_architecture
 
     return {
         **preset_architecture("qwen2-0.5b"),

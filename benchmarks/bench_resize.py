@@ -5,7 +5,7 @@ runs the same sequence with each variant in turn: a warm-up step, a step, a resi
 1:2, two steps, a resize back to 2:1, two steps. Variants: `overlapped` with all mechanisms, with
 none, with each one alone, and `stop_and_rebuild` last (it replaces the workers).
 
-A resize's critical path is the measured gap between the end of the last step on the old topology
+A resize's critical path is the measured gap between the end of the last step on the old split
 and the start of the first on the new one; its background cost is the first step after it minus
 the step after that (executor/strategies/measure.py). Phases are reported as recorded by each
 strategy. The physical floor is the bytes the overlapped strategy moves on the critical path over
@@ -72,7 +72,7 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 
 
 def model_spec(name: str, *, device: str) -> dict[str, Any]:
-    from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE as QWEN2_VOCAB
+    from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE as QWEN2_VOCAB
 
     dtype = "bfloat16" if device == "cuda" else "float32"
     if name in MODEL_CONFIGS:
@@ -133,18 +133,19 @@ class Sequence:
         self._seed = 0
 
     def step(self, strategy) -> None:
+        from dynaresize.executor.strategies.harness import BenchWorker
+
         rt = self.rt
         strategy.before_train(rt)
         start = rt.clock()
         self._seed += 1
-        rt.run(
+        rt.call(
             rt.all_ids,
-            "bench_step",
-            doing="a benchmark step",
+            BenchWorker.bench_step,
             batch_size=self.batch_size,
             seq_len=self.seq_len,
             seed=self._seed,
-        )
+        ).wait("a benchmark step")
         end = rt.clock()
         self.steps.append(_Step(start_s=start, end_s=end, resize_id=self._next_resize))
         self._next_resize = None
@@ -153,12 +154,12 @@ class Sequence:
             self.resizes[-1]["phases"] += [_phase(p) for p in strategy.pop_background_phases()]
 
     def resize(self, strategy, target: str) -> None:
-        from dynaresize.executor.topology import Topology
+        from dynaresize.executor.roles import RoleMap
         from dynaresize.policies.types import Allocation
 
         rt = self.rt
-        before = rt.topology.allocation.label
-        phases = strategy.resize(rt, target=Topology.for_allocation(Allocation.parse(target)))
+        before = rt.roles.allocation.label
+        phases = strategy.resize(rt, target=RoleMap.for_allocation(Allocation.parse(target)))
         self._next_resize = len(self.resizes)
         self.resizes.append({"from": before, "to": target, "phases": [_phase(p) for p in phases]})
 
@@ -173,15 +174,16 @@ def _phase(p) -> dict[str, Any]:
 
 
 def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) -> dict:
+    from dynaresize.executor.config import OverlappedMechanisms
     from dynaresize.executor.strategies.harness import restart_bench_workers
     from dynaresize.executor.strategies.measure import resize_costs
-    from dynaresize.executor.strategies.overlapped import Mechanisms, OverlappedStrategy
+    from dynaresize.executor.strategies.overlapped import OverlappedStrategy
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
 
     if switches is None:
         strategy = StopAndRebuildStrategy(actor_factory=restart_bench_workers)
     else:
-        strategy = OverlappedStrategy(Mechanisms(**switches))
+        strategy = OverlappedStrategy(OverlappedMechanisms(**switches))
     seq = Sequence(runtime, batch_size=batch_size, seq_len=seq_len)
     seq.step(strategy)  # warm-up: first use of the pools, caches and kernels
     seq.step(strategy)
@@ -225,7 +227,7 @@ def bench_model(model: str, args, on_variant) -> dict:
     )
     began = time.perf_counter()
     runtime, group, started = start_runtime(config, actor_cls=BenchWorker)
-    numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
+    numel = runtime.call([0], BenchWorker.trainer_numel).wait("sizing")[0]
     setup_s = time.perf_counter() - began
     print(f"[{model}] {numel / 1e9:.3f} B parameters, setup {setup_s:.1f} s", flush=True)
     variants: list[dict] = []

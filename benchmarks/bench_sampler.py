@@ -24,7 +24,8 @@ import torch
 
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
 from dynaresize.executor.rl.hf_engine import HFGenerateEngine
-from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, ModelSpec, build_model, count_parameters
+from dynaresize.executor.rl.model import build_model, count_parameters
+from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
 from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 

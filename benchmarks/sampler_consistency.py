@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
-from dynaresize.executor.rl.model import QWEN2_VOCAB_SIZE, ModelSpec, build_model
+from dynaresize.executor.rl.model import build_model
+from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
 from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 

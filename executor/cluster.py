@@ -12,13 +12,16 @@ import contextlib
 import os
 import socket
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from .config import DeviceKind, LiveConfig
+
+if TYPE_CHECKING:
+    from .worker import LiveWorker
 
 PLACEMENT_TIMEOUT_S = 120.0
 PLACEMENT_GROUP_NAME = "dynaresize-live"
@@ -106,14 +109,14 @@ def reserve(config: LiveConfig) -> PlacementGroup:
 
 
 def start_workers(
-    config: LiveConfig, group: PlacementGroup, *, actor_cls: type | None = None
+    config: LiveConfig, group: PlacementGroup, *, actor_cls: type[LiveWorker] | None = None
 ) -> list[Any]:
     """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden.
 
     `actor_cls` is the worker class (`LiveWorker` when None; tools pass a subclass of it).
     """
     if actor_cls is None:
-        from .worker import LiveWorker
+        from .worker import LiveWorker  # here, not above: worker.py imports this module
 
         actor_cls = LiveWorker
     remote_cls = ray.remote(actor_cls)

@@ -1,10 +1,14 @@
 """The `live:` section of a run configuration: what the Ray executor runs and on which devices.
 
-Everything here is checked when the config is built, before Ray or torch start, so a typo or an
-impossible topology fails in a second with an error naming the field instead of minutes later
-inside a worker. The model, task and GRPO knobs are the RL core's own config types where they
-exist; this module adds what only a distributed run has: devices, workers, roles, pipelining,
-resizes, checkpoints.
+Everything here is checked when the config is built, before Ray or torch start (this module and
+what it imports need neither), so a typo or an impossible split fails in a second with an error
+naming the field instead of minutes later inside a worker. The model, task, objective
+and optimizer are the RL core's own config types (`rl/model_spec.py`, `rl/task.py`,
+`rl/settings.py`); this module adds what only a distributed run has: devices, workers, roles,
+pipelining, resizes, checkpoints.
+
+Old keys that still read: `staging.reuse_communicators` and `staging.defer_optimizer_reload`
+(now `overlapped.reuse_communicators` and `overlapped.defer_optimizer`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
-from .rl.task import RepeatTaskConfig
+from .rl.model_spec import ModelPreset, ModelSpec
+from .rl.settings import ObjectiveSettings, OptimizerSettings
+from .rl.task import RepeatTask, RepeatTaskConfig
 
 
 class DeviceKind(str, Enum):
@@ -50,7 +56,7 @@ class RolloutEngines(str, Enum):
 
 
 class StagingSettings(BaseModel):
-    """Host staging of a resize's state. Read by strategies that stage in chunks."""
+    """Host staging of a resize's state: the bounded pool state streams through."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -59,41 +65,54 @@ class StagingSettings(BaseModel):
     pin_memory: bool = Field(
         default=True, description="Pin the staging buffers when a CUDA device is present."
     )
+
+
+class OverlappedMechanisms(BaseModel):
+    """Which mechanisms of the `overlapped` resize strategy are on (each can be measured alone)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     reuse_communicators: bool = Field(
-        default=True, description="Bind cached, prewarmed groups instead of building new ones."
+        default=True, description="Bind cached, background-prewarmed groups at a resize."
     )
-    defer_optimizer_reload: bool = Field(
-        default=True, description="Load optimizer state after the boundary, before it is read."
+    staging: bool = Field(
+        default=True, description="Stream state through bounded host buffers (else host copies)."
     )
-
-
-class OptimizerSettings(BaseModel):
-    """AdamW over the flat, sharded parameter vector (ZeRO-1)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    lr: float = Field(default=1e-4, gt=0, description="Learning rate.")
-    betas: tuple[float, float] = Field(default=(0.9, 0.999), description="Adam betas.")
-    eps: float = Field(default=1e-8, gt=0, description="Adam epsilon.")
-    weight_decay: float = Field(default=0.0, ge=0, description="Decoupled weight decay.")
-    grad_clip_norm: float | None = Field(
-        default=1.0, gt=0, description="Clip the global gradient norm to this; None: no clipping."
+    defer_optimizer: bool = Field(
+        default=True, description="Move optimizer moments after the boundary, before their use."
     )
 
+    @property
+    def label(self) -> str:
+        on = [n for n, v in self.model_dump().items() if v]
+        return "+".join(on) if on else "none"
 
-class ObjectiveSettings(BaseModel):
-    """The GRPO objective (the RL core's `rl.grpo`), without a reference model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MOVED_STAGING_KEYS = {
+    "reuse_communicators": "reuse_communicators",
+    "defer_optimizer_reload": "defer_optimizer",
+}
+"""Switches that `staging:` held before they moved to `overlapped:` (old key -> new key)."""
 
-    clip_eps_low: float = Field(default=0.2, ge=0, description="Lower clip: ratio >= 1 - this.")
-    clip_eps_high: float = Field(default=0.2, ge=0, description="Upper clip: ratio <= 1 + this.")
-    normalize_advantage_std: bool = Field(
-        default=True, description="Divide advantages by the group's reward standard deviation."
-    )
-    advantage_eps: float = Field(
-        default=1e-6, gt=0, description="Added to the group std before dividing."
-    )
+
+def _move_old_staging_keys(data: Any) -> Any:
+    """`staging.reuse_communicators` and `staging.defer_optimizer_reload` still read, as
+    `overlapped.reuse_communicators` and `overlapped.defer_optimizer`; both at once is an error."""
+    if not isinstance(data, dict) or not isinstance(data.get("staging"), dict):
+        return data
+    staging = dict(data["staging"])
+    moved = {new: staging.pop(old) for old, new in MOVED_STAGING_KEYS.items() if old in staging}
+    if not moved:
+        return data
+    overlapped = data.get("overlapped", {})
+    if not isinstance(overlapped, dict):
+        return data  # the field's own validation names the problem
+    for old, new in MOVED_STAGING_KEYS.items():
+        if new in moved and new in overlapped:
+            raise ValueError(
+                f"staging.{old} is the old name of overlapped.{new}; give only overlapped.{new}"
+            )
+    return {**data, "staging": staging, "overlapped": {**overlapped, **moved}}
 
 
 class LiveConfig(BaseModel):
@@ -101,9 +120,10 @@ class LiveConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: dict[str, Any] = Field(
-        default_factory=lambda: {"preset": "tiny"},
-        description="The RL core's model spec: preset, config or path; dtype; init_seed.",
+    model: ModelSpec = Field(
+        default_factory=lambda: ModelSpec(preset=ModelPreset.TINY),
+        description="The model: a preset, a Hugging Face config mapping or a local path; dtype; "
+        "init_seed.",
     )
     task: RepeatTaskConfig = Field(
         default_factory=RepeatTaskConfig, description="The long-tail task prompts are drawn from."
@@ -155,6 +175,10 @@ class LiveConfig(BaseModel):
     staging: StagingSettings = Field(
         default_factory=StagingSettings, description="Host staging settings for resizes."
     )
+    overlapped: OverlappedMechanisms = Field(
+        default_factory=OverlappedMechanisms,
+        description="Which mechanisms of the overlapped resize strategy are on.",
+    )
     objective: ObjectiveSettings = Field(
         default_factory=ObjectiveSettings, description="GRPO clipping and advantages."
     )
@@ -180,6 +204,11 @@ class LiveConfig(BaseModel):
     worker_timeout_s: float = Field(
         default=600.0, gt=0, description="Longest a single worker call may take before failing."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_staging_keys(cls, data: Any) -> Any:
+        return _move_old_staging_keys(data)
 
     @field_validator("pipeline")
     @classmethod
@@ -220,60 +249,12 @@ class LiveConfig(BaseModel):
             )
         return self
 
-    @field_validator("model")
-    @classmethod
-    def _model_spec_valid(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from pydantic import ValidationError
-
-        try:
-            from .rl.model import ModelSpec  # imports torch: only a config with a live section
-        except ImportError as err:
-            raise ValueError(
-                f"a live run needs the `live` extra (torch, transformers): {err.name} is missing"
-            ) from None
-
-        try:
-            ModelSpec.model_validate(value)
-        except ValidationError as err:
-            problems = "; ".join(
-                f"{'.'.join(str(x) for x in e['loc']) or 'model'}: {e['msg']}" for e in err.errors()
-            )
-            raise ValueError(problems) from None
-        return value
-
-    def model_spec(self):
-        from .rl.model import ModelSpec
-
-        return ModelSpec.model_validate(self.model)
-
-    def build_task(self):
-        from .rl.task import RepeatTask
-
+    def build_task(self) -> RepeatTask:
         return RepeatTask(self.task)
 
     def max_prompt_tokens(self) -> int:
         """Longest prompt the task can draw: `<bos>`, the count's digits, `*`, letter, `=`."""
         return 1 + len(str(self.task.max_count)) + 3
-
-    def sampler_config(self):
-        from .rl.sampler import SamplerConfig
-
-        return SamplerConfig(
-            max_batch_size=self.samples_per_step,
-            max_seq_len=self.max_prompt_tokens() + self.max_response_tokens,
-        )
-
-    def sampling_params(self):
-        from .rl.engine import SamplingParams
-        from .rl.task import TOKENIZER
-
-        return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_response_tokens,
-            eos_token_id=TOKENIZER.eos_token_id,
-            seed=self.seed,
-        )
 
     @property
     def candidates(self) -> tuple[Allocation, ...]:

@@ -3,7 +3,7 @@
 On a resize only the weights are needed to start the next step's forward and backward; the AdamW
 moments are read by the optimizer update at the very end of that step. So the moments (several
 times the bytes of the weights) load in a background thread while the step runs, and the first
-`optimizer.step()` on the new topology waits for them: a step pre-hook blocks until the load has
+`optimizer.step()` on the new split waits for them: a step pre-hook blocks until the load has
 finished and installs the loaded state into the optimizer, then removes itself. The update can
 therefore never read stale or zero moments (a test checks the values it used), and the time the
 step had to wait is kept, because that wait is part of the resize's background cost.
@@ -45,8 +45,6 @@ class DeferredOptimizerState:
         self._finished = threading.Event()
         self.waiting = threading.Event()
         """Set when a step (or caller) starts waiting for the load: the synchronisation point."""
-        self.load_s = 0.0
-        """How long the background load took."""
         self.waited_s = 0.0
         """How long the synchronisation point blocked (0 when the load had already finished)."""
         self.installed = False
@@ -55,13 +53,11 @@ class DeferredOptimizerState:
         self._thread.start()
 
     def _run(self) -> None:
-        started = time.perf_counter()
         try:
             self._loaded = self._load()
         except BaseException as exc:  # re-raised at the synchronisation point
             self._error = exc
         finally:
-            self.load_s = time.perf_counter() - started
             self._finished.set()
 
     @property
@@ -93,8 +89,3 @@ class DeferredOptimizerState:
         self._loaded = None
         self.installed = True
         return self.waited_s
-
-    def cancel(self) -> None:
-        """Stop guarding the optimizer (the worker changes role before any step)."""
-        self._hook.remove()
-        self._thread.join()

@@ -2,11 +2,19 @@
 
 The loop, top down (one_step_off; sync generates batch k at the start of step k instead):
 
-    setup        workers join the world group, build the model, take their roles
-    prelude      rollout of batch 0 with weights version 0
-    step k       train on batch k  ||  rollout of batch k+1 (weights version k)
-                 weight sync (version k+1) to the rollout replicas
-                 records; observation -> policy.decide -> resize at the boundary; checkpoint
+    set_up_workers           world group, models, roles, weights, first weight sync
+         |                   (worker_setup.py)
+    prelude                  replicas generate batch 0 with weights version 0
+         |
+    +--> step k ----------------------------------------------------------------------+
+    |      strategy.before_train   finish whatever the update is about to read         |
+    |      trainers: train on batch k  ||  replicas: generate batch k+1 (version k)     |
+    |      weight sync             first trainer -> every replica (version k+1)         |
+    |      records                 step, samples, lineage (step_records.py)             |
+    |      strategy.after_step     background work of the last resize ends              |
+    |      decide                  observation -> policy.decide -> resize at boundary   |
+    |      checkpoint              every `checkpoint_every_steps`, batch k+1 included   |
+    +----- k + 1 <------------------------------------------------------------------------+
 
 A batch generated before a resize is trained on after it: it is data held by the driver, not
 state of a worker, so a resize never loses, repeats or regenerates a sample, and the staleness
@@ -23,18 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from dynaresize.config_io import ConfigError
 from dynaresize.policies.registry import build_policy
-from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
-from dynaresize.traces.schema import (
-    DecisionRecord,
-    ResizePhaseRecord,
-    RunMeta,
-    SampleRecord,
-    StepRecord,
-)
+from dynaresize.policies.types import Allocation, StageTimes, StepObservation
+from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.config import ScenarioConfig
 
 from . import checkpoint as ckpt
@@ -43,13 +43,26 @@ from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
-from .objective import group_advantages
-from .records import LineageRecord, RunRecorder
-from .resize import ResizeStrategy, build_strategy
-from .runtime import Runtime, WorkerLostError
-from .shards import ShardLayout, full_vectors, shards_from_full
-from .topology import Topology
+from .records import RunRecorder
+from .resize import PhaseTiming, ResizeStrategy
+from .roles import RoleMap
+from .rollout import RolloutReport, collect_batch
+from .runtime import Calls, Runtime, WorkerLostError
+from .shards import full_vectors
+from .step_records import (
+    ResizeLabel,
+    StepClock,
+    decision_record,
+    lineage_records,
+    phase_records,
+    sample_records,
+    stage_times,
+    step_record,
+)
+from .strategies.catalog import build_strategy
 from .trainer import TrainReport
+from .worker import LiveWorker
+from .worker_setup import SetupReport, set_up_workers
 
 FAULT_FILE = "fault.json"
 WORKERS_FILE = "workers.json"
@@ -158,92 +171,64 @@ class LiveSession:
         self.runtime = Runtime(
             config=live,
             workers=cluster.workers,
-            topology=Topology.for_allocation(allocation),
+            roles=RoleMap.for_allocation(allocation),
             start_wall=time.perf_counter(),
         )
+        self.one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
         self.policy = build_policy(live.policy)
         self.strategy: ResizeStrategy = build_strategy(live.resize_strategy)
         self.recent: deque[StageTimes] = deque(maxlen=live.recent_window_steps)
         self.measured_resize_s: list[float] = []
         self.num_resizes = restored.num_resizes if restored else 0
         self.steps_since_resize: int | None = None
+        self.resize_before_step: int | None = None
+        """Id of the resize at the boundary before the next step, for its step record."""
+        self.last_resize: ResizeLabel | None = None
+        """The last resize, for its background phases, recorded once they have ended."""
         self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
         self.cost_feedback: ResizeCostFeedback | None = None
 
-    def _meta(self, device_name: str) -> RunMeta:
-        return RunMeta(
-            source="executor",
-            cluster=f"{self.live.num_workers} workers on {device_name}",
-            gpu_type=device_name,
-            num_gpus=self.live.num_workers,
-            model_name=json.dumps(self.live.model, sort_keys=True),
-            model_params_b=self.numel / 1e9,
-            pipeline_mode=self.live.pipeline,
-            start_train_gpus=self.runtime.topology.allocation.train_gpus,
-            start_rollout_gpus=self.runtime.topology.allocation.rollout_gpus,
-            notes=[
-                f"device={self.live.device.value}",
-                f"strategy={self.live.resize_strategy.value}",
-                f"rollout_engines={self.live.rollout_engines.value}",
-            ],
-        )
+    # --- the run, top down ---------------------------------------------------------------
 
-    # --- setup ---------------------------------------------------------------------------
+    def run(self) -> LiveResult:
+        self.setup()
+        live, rt = self.live, self.runtime
+        first = self.restored.next_step if self.restored else 0
+        pending = self.restored.pending_batch if self.restored else None
+        if self.one_step_off and pending is None and first < live.num_steps:
+            rt.step = first
+            pending = self._generate(first)
+        for step in range(first, live.num_steps):
+            rt.step = step
+            batch, pending = self._step(step, pending)
+            self.strategy.after_step(rt)
+            self._record_background(self.strategy.pop_background_phases())
+            if step + 1 < live.num_steps:  # no boundary after the last step to act on
+                self._decide(step, batch)
+            self._recorder().sync()
+            self._checkpoint_if_due(step + 1, pending)
+        return LiveResult(
+            out_dir=self.out,
+            trace_dir=self.out / "trace",
+            steps_completed=max(first, live.num_steps),
+            num_resizes=self.num_resizes,
+            total_s=rt.clock(),
+            final_allocation=rt.roles.allocation,
+        )
 
     def setup(self) -> None:
-        """Start every worker's process group, model and role; time each part (setup.json)."""
-        timings: dict[str, float] = {}
-        last = self.runtime.clock()
-
-        def lap(name: str) -> None:
-            nonlocal last
-            now = self.runtime.clock()
-            timings[name] = now - last
-            last = now
-
-        self._lap = lap
-        device_name = self._setup_body()
-        lap("first_weight_sync")
-        (self.out / SETUP_FILE).write_text(json.dumps(timings, indent=2))
-        self.recorder = RunRecorder(
-            self.out,
-            meta=self._meta(device_name),
-            resume_from_step=self.restored.next_step if self.restored else None,
+        """Workers from fresh actors to their roles (setup.json times each part); the records,
+        the candidate estimator and the resize cost feedback."""
+        report = set_up_workers(
+            self.runtime, restored=self.restored, on_started=self._write_worker_infos
         )
-
-    def _setup_body(self) -> str:
-        rt, lap = self.runtime, self._lap
-        infos = rt.run(rt.all_ids, "info", doing="starting")
-        lap("actors_started")
-        (self.out / WORKERS_FILE).write_text(json.dumps([infos[w] for w in rt.all_ids]))
-        rt.form_world(master_addr=infos[0]["node_ip"])
-        lap("world_group")
-        numels = rt.run(rt.all_ids, "build_model", doing="building the model")
-        self.numel = numels[0]
-        lap("models_built")
-        topo = rt.topology
-        version = self.restored.weights_version if self.restored else 0
-        rt.weights_version = version
-        rt.take_roles(weights_version=version, lap=lap)
-        if self.restored is None:
-            rt.run(topo.trainer_ids, "initial_shard", doing="loading initial weights")
-        else:
-            layout = ShardLayout(numel=self.numel, num_ranks=topo.num_trainers)
-            shards = shards_from_full(
-                self.restored.vectors, layout, optimizer_step=self.restored.weights_version
-            )
-            calls = {w: ((shards[topo.trainer_rank(w)],), {}) for w in topo.trainer_ids}
-            rt.gather(rt.call_each(calls, "load_shard"), doing="loading the checkpoint")
-            rt.run(topo.trainer_ids, "refresh_model_from_master", doing="gathering weights")
-        rt.run(topo.sync_ids, "sync_weights", doing="first weight sync", weights_version=version)
-        weight_bytes = 2 if str(self.live.model.get("dtype", "float32")) != "float32" else 4
-        self.estimator = CandidateEstimator(
-            candidates=self.live.candidates,
-            pipeline=self.live.pipeline,
+        self.numel = report.numel
+        (self.out / SETUP_FILE).write_text(json.dumps(report.timings_s, indent=2))
+        self.estimator = CandidateEstimator.for_run(
+            self.live,
+            num_params=report.numel,
             strategy=self.strategy.name,
-            num_params=self.numel,
-            weight_bytes_per_param=weight_bytes,
             costs_path=self.costs_path,
             scenario=self.scenario,
         )
@@ -253,64 +238,15 @@ class LiveSession:
             fallback_background_s=self.estimator.model_background_s,
             fallback_source=self.estimator.model_source,
         )
-        return str(infos[0]["device_name"])
-
-    # --- the loop ------------------------------------------------------------------------
-
-    def run(self) -> LiveResult:
-        self.setup()
-        live, rt = self.live, self.runtime
-        first = self.restored.next_step if self.restored else 0
-        pending = self.restored.pending_batch if self.restored else None
-        one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
-        if one_step_off and pending is None and first < live.num_steps:
-            rt.step = first
-            pending = self._rollout_wait(first)
-        completed = first
-        for step in range(first, live.num_steps):
-            rt.step = step
-            start_s = rt.clock()
-            if not one_step_off:
-                pending = self._rollout_wait(step)
-            batch = pending
-            assert batch is not None and batch.batch_id == step, "batch order broken"
-            self.strategy.before_train(rt)
-            train_refs = self._launch_train(batch)
-            launched = None
-            if one_step_off and step + 1 < live.num_steps:
-                launched = self._launch_rollout(step + 1)
-            reports = rt.gather(train_refs, doing=f"training on batch {step}")
-            pending = self._collect_rollout(step + 1, launched) if launched is not None else None
-            sync_start = rt.clock()
-            rt.weights_version += 1
-            rt.run(
-                rt.topology.sync_ids,
-                "sync_weights",
-                doing="syncing weights",
-                weights_version=rt.weights_version,
-            )
-            end_s = rt.clock()
-            self._record_step(
-                step, batch, reports, start_s, end_s, sync_s=end_s - sync_start, concurrent=pending
-            )
-            self.strategy.after_step(rt)
-            self._record_background(self.strategy.pop_background_phases())
-            if step + 1 < live.num_steps:  # no boundary after the last step to act on
-                self._decide(step, batch)
-            self._recorder().sync()
-            completed = step + 1
-            every = live.checkpoint_every_steps
-            if every is not None and (completed % every == 0 or completed == live.num_steps):
-                self._checkpoint(completed, pending)
-        total_s = rt.clock()
-        return LiveResult(
-            out_dir=self.out,
-            trace_dir=self.out / "trace",
-            steps_completed=completed,
-            num_resizes=self.num_resizes,
-            total_s=total_s,
-            final_allocation=rt.topology.allocation,
+        self.recorder = RunRecorder(
+            self.out,
+            meta=self._meta(report),
+            resume_from_step=self.restored.next_step if self.restored else None,
         )
+
+    def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
+        """Process id, host and device of every worker (workers.json), for fault reports."""
+        (self.out / WORKERS_FILE).write_text(json.dumps(infos))
 
     def close(self, *, quiet: bool = False) -> None:
         """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
@@ -324,60 +260,148 @@ class LiveSession:
             if not quiet:
                 raise
 
-    def _recorder(self) -> RunRecorder:
-        assert self.recorder is not None, "records start after setup"
-        return self.recorder
+    # --- one step ------------------------------------------------------------------------
 
-    # --- rollout -------------------------------------------------------------------------
+    def _step(
+        self, step: int, pending: RolloutBatch | None
+    ) -> tuple[RolloutBatch, RolloutBatch | None]:
+        """Train on batch `step` (and, one_step_off, generate the next one meanwhile), sync the
+        weights, record the step. Returns the batch trained on and the next one, if generated."""
+        rt = self.runtime
+        start_s = rt.clock()
+        batch = pending if self.one_step_off else self._generate(step)
+        assert batch is not None and batch.batch_id == step, "batch order broken"
+        self.strategy.before_train(rt)
+        training = self._launch_train(batch)
+        generating = None
+        if self.one_step_off and step + 1 < self.live.num_steps:
+            generating = self._launch_rollout(step + 1)
+        reports = training.wait(f"training on batch {step}")
+        next_batch = None
+        if generating is not None:
+            next_batch = self._collect_rollout(step + 1, generating)
+        sync_start = rt.clock()
+        rt.weights_version += 1
+        rt.call(
+            rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
+        ).wait("syncing weights")
+        end_s = rt.clock()
+        clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
+        self._record_step(step, batch, reports, clock, concurrent=next_batch)
+        return batch, next_batch
 
-    def _launch_rollout(self, batch_id: int) -> dict:
+    def _launch_rollout(self, batch_id: int) -> Calls[RolloutReport]:
+        """The replicas generate batch `batch_id`, its prompts split evenly among them."""
         rt = self.runtime
         if self.live.replay_batches_from is not None:
-            return {}
+            return rt.call_each([])
         prompt_ids = [
             batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
         ]
-        parts = split_evenly(prompt_ids, len(rt.topology.rollout_ids))
-        calls = {
-            w: ((), {"batch_id": batch_id, "prompt_ids": part})
-            for w, part in zip(rt.topology.rollout_ids, parts, strict=True)
+        parts = split_evenly(prompt_ids, len(rt.roles.rollout_ids))
+        return rt.call_each(
+            rt.call([w], LiveWorker.generate, batch_id=batch_id, prompt_ids=part)
+            for w, part in zip(rt.roles.rollout_ids, parts, strict=True)
             if part
-        }
-        return rt.call_each(calls, "generate")
+        )
 
-    def _collect_rollout(self, batch_id: int, refs: dict) -> RolloutBatch:
+    def _collect_rollout(self, batch_id: int, calls: Calls[RolloutReport]) -> RolloutBatch:
         if self.live.replay_batches_from is not None:
             return load_batch(Path(self.live.replay_batches_from), batch_id)
-        reports = self.runtime.gather(refs, doing=f"generating batch {batch_id}")
-        samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
-        versions = {r.weights_version for r in reports.values()}
-        if len(versions) != 1:
-            raise RuntimeError(f"batch {batch_id} was generated with weights versions {versions}")
-        batch = RolloutBatch(
-            batch_id=batch_id,
-            weights_version=versions.pop(),
-            samples=group_advantages(samples, settings=self.live.objective),
-            rollout_s=max(r.wall_s for r in reports.values()),
-            replica_s={w: r.wall_s for w, r in reports.items()},
-        )
+        reports = calls.wait(f"generating batch {batch_id}")
+        batch = collect_batch(batch_id, reports, objective=self.live.objective)
         if self.live.record_batches:
             save_batch(self.out, batch)
         return batch
 
-    def _rollout_wait(self, batch_id: int) -> RolloutBatch:
+    def _generate(self, batch_id: int) -> RolloutBatch:
         return self._collect_rollout(batch_id, self._launch_rollout(batch_id))
 
-    # --- training ------------------------------------------------------------------------
-
-    def _launch_train(self, batch: RolloutBatch) -> dict:
+    def _launch_train(self, batch: RolloutBatch) -> Calls[TrainReport]:
+        """The trainers train on the batch, split by whole prompt groups."""
         rt = self.runtime
-        parts = split_by_prompt(batch.samples, rt.topology.num_trainers)
+        parts = split_by_prompt(batch.samples, rt.roles.num_trainers)
         num_tokens = int(batch.response_lengths().sum())
-        calls = {
-            w: ((part,), {"num_batch_tokens": num_tokens})
-            for w, part in zip(rt.topology.trainer_ids, parts, strict=True)
-        }
-        return rt.call_each(calls, "train")
+        return rt.call_each(
+            rt.call([w], LiveWorker.train, part, num_batch_tokens=num_tokens)
+            for w, part in zip(rt.roles.trainer_ids, parts, strict=True)
+        )
+
+    # --- at the boundary -----------------------------------------------------------------
+
+    def _decide(self, step: int, last_batch: RolloutBatch) -> None:
+        """Ask the policy what to do at this boundary, record its decision, resize if it says."""
+        rt = self.runtime
+        current = rt.roles.allocation
+        if self.steps_since_resize is not None:
+            self.steps_since_resize += 1
+        estimator, feedback = self._estimates()
+        candidates = estimator.predict(
+            current=current,
+            recent=tuple(self.recent),
+            measured_resize_s=tuple(self.measured_resize_s),
+            last_batch=last_batch,
+        )
+        obs = StepObservation(
+            step=step,
+            now_s=rt.clock(),
+            allocation=current,
+            recent=tuple(self.recent),
+            candidates=feedback.with_costs(candidates, current=current),
+            steps_since_resize=self.steps_since_resize,
+            remaining_steps=self.live.num_steps - step - 1,
+            measured_resize_costs_s=tuple(self.measured_resize_s),
+        )
+        decision = self.policy.decide(obs)
+        target = decision.target if decision.is_resize else None
+        resize_id = self.num_resizes if target is not None else None
+        record = decision_record(
+            obs,
+            decision,
+            policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
+            cost_source=decision_cost_source(obs, decision).value,
+            resize_id=resize_id,
+        )
+        self._recorder().write([record])
+        if target is not None:
+            self._resize(step, target)
+
+    def _resize(self, step: int, target: Allocation) -> None:
+        rt = self.runtime
+        label = ResizeLabel(
+            resize_id=self.num_resizes,
+            step=step,
+            strategy=self.strategy.name,
+            from_allocation=rt.roles.allocation.label,
+            to_allocation=target.label,
+        )
+        begin = rt.clock()
+        phases = self.strategy.resize(rt, target=RoleMap.for_allocation(target))
+        critical_s = rt.clock() - begin
+        self.last_resize = label
+        self._recorder().write(phase_records(label, phases))
+        self.measured_resize_s.append(critical_s)
+        self.num_resizes += 1
+        self.steps_since_resize = 0
+        self.resize_before_step = label.resize_id
+
+    def _checkpoint_if_due(self, next_step: int, pending: RolloutBatch | None) -> None:
+        every = self.live.checkpoint_every_steps
+        if every is None or (next_step % every != 0 and next_step != self.live.num_steps):
+            return
+        rt = self.runtime
+        shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("writing a checkpoint")
+        ckpt.save(
+            self.out,
+            ckpt.Checkpoint(
+                next_step=next_step,
+                weights_version=rt.weights_version,
+                allocation=rt.roles.allocation,
+                vectors=full_vectors(list(shards.values())),
+                pending_batch=pending,
+                num_resizes=self.num_resizes,
+            ),
+        )
 
     # --- records -------------------------------------------------------------------------
 
@@ -386,190 +410,58 @@ class LiveSession:
         step: int,
         batch: RolloutBatch,
         reports: dict[int, TrainReport],
-        start_s: float,
-        end_s: float,
+        clock: StepClock,
         *,
-        sync_s: float,
         concurrent: RolloutBatch | None,
-    ) -> StageTimes:
-        topo = self.runtime.topology
-        alloc = topo.allocation
-        train_s = max(r.train_s for r in reports.values())
-        step_s = end_s - start_s
-        busy_rollout = concurrent.rollout_s if concurrent else 0.0
-        if self.live.pipeline is PipelineMode.SYNC:
-            busy_rollout = batch.rollout_s
-        lengths = batch.response_lengths()
-        record = StepRecord(
+    ) -> None:
+        roles = self.runtime.roles
+        record = step_record(
             step=step,
-            start_s=start_s,
-            end_s=end_s,
-            rollout_s=batch.rollout_s,
-            train_s=train_s,
-            sync_s=sync_s,
-            step_s=step_s,
-            idle_train_gpu_s=max(0.0, step_s - train_s - sync_s) * alloc.train_gpus,
-            idle_rollout_gpu_s=max(0.0, step_s - busy_rollout - sync_s) * alloc.rollout_gpus,
-            train_gpus=alloc.train_gpus,
-            rollout_gpus=alloc.rollout_gpus,
-            device_roles=topo.device_roles(),
-            resize_id=self._resize_before_step,
-            rollout_batch_id=batch.batch_id,
-            rollout_weights_version=batch.weights_version,
-            num_samples=len(batch.samples),
-            tokens=batch.num_tokens(),
-            response_len_mean=float(lengths.mean()),
-            response_len_p50=float(np.percentile(lengths, 50)),
-            response_len_p99=float(np.percentile(lengths, 99)),
-            response_len_max=float(lengths.max()),
+            batch=batch,
+            reports=reports,
+            roles=roles,
+            clock=clock,
+            pipeline=self.live.pipeline,
+            concurrent=concurrent,
+            resize_id=self.resize_before_step,
         )
-        self._resize_before_step = None
-        assert self.cost_feedback is not None
-        self.cost_feedback.observe_step_record(record)
-        samples = [
-            SampleRecord(
-                step=step,
-                sample_index=i,
-                prompt_tokens=len(s.prompt_token_ids),
-                response_tokens=len(s.response_token_ids),
-                device=s.generated_by_device,
-                finish_s=None,
-            )
-            for i, s in enumerate(batch.samples)
-        ]
-        self._recorder().write([record, *samples])
-        by_key = {s.key: s for s in batch.samples}
-        self._recorder().write_lineage(
-            LineageRecord(
-                step=step,
-                rollout_batch_id=batch.batch_id,
-                prompt_id=key[0],
-                sample_index=key[1],
-                generated_weights_version=by_key[key].weights_version,
-                generated_by_device=by_key[key].generated_by_device,
-                consumed_by_device=report.worker_id,
-                trainer_weights_version=report.weights_version,
-                response_tokens=len(by_key[key].response_token_ids),
-            )
-            for report in reports.values()
-            for key in report.consumed
-        )
-        times = StageTimes(
-            step=step,
-            allocation=alloc,
-            rollout_s=batch.rollout_s,
-            train_s=train_s,
-            sync_s=sync_s,
-            step_s=step_s,
-        )
-        self.recent.append(times)
-        return times
+        self.resize_before_step = None
+        self._estimates()[1].observe_step_record(record)
+        self._recorder().write([record, *sample_records(step, batch)])
+        self._recorder().write_lineage(lineage_records(step, batch, reports))
+        self.recent.append(stage_times(record, roles.allocation))
 
-    _resize_before_step: int | None = None
-
-    # --- decisions and resizes -----------------------------------------------------------
-
-    def _decide(self, step: int, last_batch: RolloutBatch) -> None:
-        rt = self.runtime
-        current = rt.topology.allocation
-        if self.steps_since_resize is not None:
-            self.steps_since_resize += 1
-        assert self.estimator is not None
-        candidates = self.estimator.predict(
-            current=current,
-            recent=tuple(self.recent),
-            measured_resize_s=tuple(self.measured_resize_s),
-            last_batch=last_batch,
-        )
-        assert self.cost_feedback is not None
-        candidates = self.cost_feedback.with_costs(candidates, current=current)
-        obs = StepObservation(
-            step=step,
-            now_s=rt.clock(),
-            allocation=current,
-            recent=tuple(self.recent),
-            candidates=candidates,
-            steps_since_resize=self.steps_since_resize,
-            remaining_steps=self.live.num_steps - step - 1,
-            measured_resize_costs_s=tuple(self.measured_resize_s),
-        )
-        decision: Decision = self.policy.decide(obs)
-        resize_id = self.num_resizes if decision.is_resize else None
-        chosen = obs.candidate(decision.target) if decision.is_resize else None
-        self._recorder().write(
-            [
-                DecisionRecord(
-                    step=step,
-                    time_s=obs.now_s,
-                    policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
-                    decision=decision.kind.value,
-                    from_allocation=current.label,
-                    to_allocation=decision.target.label if decision.target else None,
-                    reason=decision.reason,
-                    cost_source=decision_cost_source(obs, decision).value,
-                    predicted_resize_critical_s=chosen.predicted_resize_critical_s
-                    if chosen
-                    else None,
-                    resize_id=resize_id,
-                )
-            ]
-        )
-        if decision.is_resize:
-            self._resize(step, decision.target, resize_id)
-
-    def _resize(self, step: int, target: Allocation, resize_id: int) -> None:
-        rt = self.runtime
-        old = rt.topology
-        begin = rt.clock()
-        phases = self.strategy.resize(rt, target=Topology.for_allocation(target))
-        critical_s = rt.clock() - begin
-        self._last_resize = (resize_id, step, old.allocation.label, target.label)
-        self._write_phases(phases)
-        self.measured_resize_s.append(critical_s)
-        self.num_resizes += 1
-        self.steps_since_resize = 0
-        self._resize_before_step = resize_id
-
-    _last_resize: tuple[int, int, str, str] | None = None
-
-    def _record_background(self, phases: list) -> None:
+    def _record_background(self, phases: list[PhaseTiming]) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""
-        if phases and self._last_resize is not None:
-            self._write_phases(phases)
+        if phases and self.last_resize is not None:
+            self._recorder().write(phase_records(self.last_resize, phases))
 
-    def _write_phases(self, phases: list) -> None:
-        """Resize phase records of the last resize."""
-        assert self._last_resize is not None
-        resize_id, step, before, after = self._last_resize
-        self._recorder().write(
-            ResizePhaseRecord(
-                resize_id=resize_id,
-                step=step,
-                phase=p.phase,
-                strategy=self.strategy.name,
-                from_allocation=before,
-                to_allocation=after,
-                start_s=p.start_s,
-                end_s=p.end_s,
-                critical=p.critical,
-                bytes_moved=p.bytes_moved,
-            )
-            for p in phases
-        )
-
-    # --- checkpoints ---------------------------------------------------------------------
-
-    def _checkpoint(self, next_step: int, pending: RolloutBatch | None) -> None:
-        rt = self.runtime
-        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="writing a checkpoint")
-        ckpt.save(
-            self.out,
-            ckpt.Checkpoint(
-                next_step=next_step,
-                weights_version=rt.weights_version,
-                allocation=rt.topology.allocation,
-                vectors=full_vectors(list(shards.values())),
-                pending_batch=pending,
-                num_resizes=self.num_resizes,
+    def _meta(self, setup: SetupReport) -> RunMeta:
+        device_name = setup.device_name
+        allocation = self.runtime.roles.allocation
+        return RunMeta(
+            source="executor",
+            cluster=f"{self.live.num_workers} workers on {device_name}",
+            gpu_type=device_name,
+            num_gpus=self.live.num_workers,
+            model_name=json.dumps(
+                self.live.model.model_dump(mode="json", exclude_unset=True), sort_keys=True
             ),
+            model_params_b=setup.numel / 1e9,
+            pipeline_mode=self.live.pipeline,
+            start_train_gpus=allocation.train_gpus,
+            start_rollout_gpus=allocation.rollout_gpus,
+            notes=[
+                f"device={self.live.device.value}",
+                f"strategy={self.live.resize_strategy.value}",
+                f"rollout_engines={self.live.rollout_engines.value}",
+            ],
         )
+
+    def _recorder(self) -> RunRecorder:
+        assert self.recorder is not None, "records start after setup"
+        return self.recorder
+
+    def _estimates(self) -> tuple[CandidateEstimator, ResizeCostFeedback]:
+        assert self.estimator is not None and self.cost_feedback is not None, "after setup"
+        return self.estimator, self.cost_feedback

@@ -15,7 +15,7 @@ measured (`measured`); the twin's resize cost model with the parameters of `--co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,9 +28,10 @@ from dynaresize.policies.types import (
 from dynaresize.traces.phases import StrategyName
 
 from .batch import RolloutBatch
-from .config import PipelineMode
+from .config import LiveConfig, PipelineMode
 
 if TYPE_CHECKING:
+    from dynaresize.twin.config import ScenarioConfig
     from dynaresize.twin.costs import CostModels
 
 
@@ -46,10 +47,11 @@ class CandidateEstimator:
         num_params: int,
         weight_bytes_per_param: int,
         costs_path: Path | None,
-        scenario: Any | None = None,
+        scenario: ScenarioConfig | None = None,
     ) -> None:
         self.candidates = candidates
         self.pipeline = pipeline
+        self.weight_bytes_per_param = weight_bytes_per_param
         self.scenario = scenario if costs_path is not None else None
         self.costs = _load_costs(costs_path)
         self.model_source = self.costs.cost_source
@@ -63,6 +65,28 @@ class CandidateEstimator:
         # One figure for the cost feedback's fallback: the costlier direction's plan.
         self.model_critical_s, self.model_background_s = costlier.critical_s, costlier.slowdown_s
 
+    @classmethod
+    def for_run(
+        cls,
+        live: LiveConfig,
+        *,
+        num_params: int,
+        strategy: StrategyName,
+        costs_path: Path | None,
+        scenario: ScenarioConfig | None = None,
+    ) -> CandidateEstimator:
+        """The estimator of a live run: its candidates and pipeline, its model's parameter count
+        and bytes per parameter (from the model's dtype)."""
+        return cls(
+            candidates=live.candidates,
+            pipeline=live.pipeline,
+            strategy=strategy,
+            num_params=num_params,
+            weight_bytes_per_param=live.model.dtype.bytes_per_param,
+            costs_path=costs_path,
+            scenario=scenario,
+        )
+
     def predict(
         self,
         *,
@@ -72,7 +96,7 @@ class CandidateEstimator:
         last_batch: RolloutBatch | None = None,
     ) -> tuple[CandidatePrediction, ...]:
         if self.scenario is not None and last_batch is not None:
-            stages = self._twin_stages(last_batch)
+            stages = self._twin_stages(last_batch, self.scenario)
         else:
             stages = self._scaled_stages(current, recent)
         source = CostSource.MEASURED if measured_resize_s else self.model_source
@@ -115,7 +139,9 @@ class CandidateEstimator:
             for c in self.candidates
         ]
 
-    def _twin_stages(self, batch: RolloutBatch) -> list[tuple[float, float, float]]:
+    def _twin_stages(
+        self, batch: RolloutBatch, scenario: ScenarioConfig
+    ) -> list[tuple[float, float, float]]:
         from dynaresize.traces.workload import Workload
         from dynaresize.twin.step_costs import stage_time_components
 
@@ -123,8 +149,8 @@ class CandidateEstimator:
         rollout, train, sync = stage_time_components(
             workload,
             candidates=self.candidates,
-            cluster=self.scenario.cluster,
-            model=self.scenario.model,
+            cluster=scenario.cluster,
+            model=scenario.model,
             costs=self.costs,
             starts_run=False,
         )

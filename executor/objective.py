@@ -16,8 +16,8 @@ from dataclasses import replace
 import torch
 
 from .batch import RolloutSample
-from .config import ObjectiveSettings
 from .rl import grpo
+from .rl.settings import ObjectiveSettings
 
 
 def pack(
@@ -27,14 +27,6 @@ def pack(
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     sequences = [(s.prompt_token_ids, s.response_token_ids) for s in samples]
     return grpo.TrainBatch.pack(sequences, advantages, pad_token_id=pad_token_id).to(device)
-
-
-def grpo_config(settings: ObjectiveSettings) -> grpo.GRPOConfig:
-    return grpo.GRPOConfig(
-        clip_eps_low=settings.clip_eps_low,
-        clip_eps_high=settings.clip_eps_high,
-        normalize_advantage_std=settings.normalize_advantage_std,
-    )
 
 
 def microbatch_loss(
@@ -51,9 +43,7 @@ def microbatch_loss(
     batch = pack(samples, device=device, pad_token_id=TOKENIZER.pad_token_id)
     with torch.no_grad():
         batch.old_logprobs = grpo.token_logprobs(model, batch)
-    output = grpo.compute_loss(
-        model, batch, grpo_config(settings), num_tokens_total=max(num_batch_tokens, 1)
-    )
+    output = grpo.compute_loss(model, batch, settings, num_tokens_total=max(num_batch_tokens, 1))
     return output.loss
 
 

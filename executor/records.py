@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,7 +62,7 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def truncate_after(path: Path, *, keep: callable) -> None:  # type: ignore[valid-type]
+def truncate_after(path: Path, *, keep: Callable[[dict[str, Any]], bool]) -> None:
     """Rewrite a JSONL file keeping the lines whose parsed object satisfies `keep`.
 
     A resumed run first drops what the crashed run recorded past its checkpoint, so that no step

@@ -9,14 +9,37 @@ resize that changes the number of replicas does not change the data.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
-from .batch import RolloutSample
+from .batch import RolloutBatch, RolloutSample
+from .config import LiveConfig
+from .objective import group_advantages
 from .rl.engine import FinishReason, GenerationRequest, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
-from .rl.task import RepeatTask
+from .rl.settings import ObjectiveSettings
+from .rl.task import TOKENIZER, RepeatTask
+
+
+def sampler_config(live: LiveConfig) -> SamplerConfig:
+    """A KV cache with a row per sample of a whole batch and room for the longest sequence."""
+    return SamplerConfig(
+        max_batch_size=live.samples_per_step,
+        max_seq_len=live.max_prompt_tokens() + live.max_response_tokens,
+    )
+
+
+def sampling_params(live: LiveConfig) -> SamplingParams:
+    return SamplingParams(
+        temperature=live.temperature,
+        top_p=live.top_p,
+        max_new_tokens=live.max_response_tokens,
+        eos_token_id=TOKENIZER.eos_token_id,
+        seed=live.seed,
+    )
 
 
 @dataclass(frozen=True)
@@ -37,7 +60,7 @@ class RolloutRole:
         self,
         *,
         worker_id: int,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         task: RepeatTask,
         sampler: SamplerConfig,
         params: SamplingParams,
@@ -57,7 +80,9 @@ class RolloutRole:
         self.engine.load_weights(flat.to(self.engine.device))
         self.weights_version = weights_version
 
-    def generate(self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int):
+    def generate(
+        self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int
+    ) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
         start = time.perf_counter()
         items = {
@@ -100,3 +125,24 @@ class RolloutRole:
             wall_s=time.perf_counter() - start,
             samples=samples,
         )
+
+
+def collect_batch(
+    batch_id: int, reports: Mapping[int, RolloutReport], *, objective: ObjectiveSettings
+) -> RolloutBatch:
+    """One step's batch from its replicas' reports (by worker id), with group advantages.
+
+    Samples are ordered by (prompt id, sample index), so however the prompts were split over
+    replicas and in whatever order the reports arrive, the same samples give the same batch.
+    """
+    samples = sorted((s for r in reports.values() for s in r.samples), key=lambda s: s.key)
+    versions = {r.weights_version for r in reports.values()}
+    if len(versions) != 1:
+        raise RuntimeError(f"batch {batch_id} was generated with weights versions {versions}")
+    return RolloutBatch(
+        batch_id=batch_id,
+        weights_version=versions.pop(),
+        samples=group_advantages(samples, settings=objective),
+        rollout_s=max(r.wall_s for r in reports.values()),
+        replica_s={w: r.wall_s for w, r in reports.items()},
+    )

@@ -1,8 +1,15 @@
 """The driver's handle on the workers: calls, waits, and what a lost worker means.
 
-Every remote call goes through `Runtime.gather`, which waits on the calls as a set and, when a
-worker process has died, raises `WorkerLostError` naming the worker, its role and the step in
-flight, so the driver can stop cleanly instead of hanging or losing the reason.
+A remote call names the worker method itself, not a string:
+
+    rt.call(rt.roles.trainer_ids, LiveWorker.set_role, Role.TRAIN, weights_version=3)
+
+so renaming, find-usages and the type checker follow it (the arguments are checked against the
+method's signature, and `wait` returns what the method returns). The runtime starts the method of
+that name on each worker's actor. Every wait goes through `Runtime.gather`, which waits on the
+calls as a set and, when a worker process has died, raises `WorkerLostError` naming the worker,
+its role and the step in flight, so the driver can stop cleanly instead of hanging or losing the
+reason.
 """
 
 from __future__ import annotations
@@ -10,15 +17,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import ray
+from ray import ObjectRef
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
 from dynaresize.traces.phases import Role
 
 from .config import LiveConfig, RolloutEngines
-from .topology import Topology
+from .roles import RoleMap
+from .worker import LiveWorker
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _LOST = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
 
@@ -41,13 +53,33 @@ class WorkerLostError(RuntimeError):
         }
 
 
+def _method_name(method: Callable[..., Any]) -> str:
+    """The actor method a worker method stands for; refuses anything that is not a method."""
+    owner, _, name = method.__qualname__.rpartition(".")
+    if not owner or "<locals>" in owner or not name.isidentifier():
+        raise TypeError(f"a remote call takes a worker method (LiveWorker.x), not {method!r}")
+    return name
+
+
+class Calls(Generic[R]):
+    """Calls started on workers, by worker id; `wait` gathers their results."""
+
+    def __init__(self, runtime: Runtime, refs: dict[int, ObjectRef[R]]) -> None:
+        self.runtime = runtime
+        self.refs = refs
+
+    def wait(self, doing: str) -> dict[int, R]:
+        """Every result by worker id; `doing` names the wait in a lost-worker or timeout error."""
+        return self.runtime.gather(self.refs, doing=doing)
+
+
 @dataclass
 class Runtime:
-    """Workers, the current topology, and the run's clock."""
+    """Workers, the current role map, and the run's clock."""
 
     config: LiveConfig
     workers: list[Any]
-    topology: Topology
+    roles: RoleMap
     start_wall: float
     step: int = 0
     weights_version: int = 0
@@ -56,22 +88,33 @@ class Runtime:
         """Seconds since the run started (the records' time base)."""
         return time.perf_counter() - self.start_wall
 
-    def call(self, worker_ids: Iterable[int], method: str, *args: Any, **kwargs: Any) -> dict:
-        """Start `method` on each worker; returns {worker_id: ObjectRef}."""
-        return {w: getattr(self.workers[w], method).remote(*args, **kwargs) for w in worker_ids}
+    def call(
+        self,
+        worker_ids: Iterable[int],
+        method: Callable[Concatenate[Any, P], R],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> Calls[R]:
+        """Start the worker method `method` (e.g. `LiveWorker.train`) on each worker."""
+        name = _method_name(method)
+        refs = {w: getattr(self.workers[w], name).remote(*args, **kwargs) for w in worker_ids}
+        return Calls(self, refs)
 
-    def call_each(self, calls: dict[int, tuple[tuple, dict]], method: str) -> dict:
-        """Start `method` with per-worker arguments: {worker_id: (args, kwargs)}."""
-        return {w: getattr(self.workers[w], method).remote(*a, **k) for w, (a, k) in calls.items()}
+    def call_each(self, calls: Iterable[Calls[R]]) -> Calls[R]:
+        """One set of calls from calls started worker by worker (each with its own arguments)."""
+        refs: dict[int, ObjectRef[R]] = {}
+        for part in calls:
+            refs.update(part.refs)
+        return Calls(self, refs)
 
-    def gather(self, refs: dict[int, Any], *, doing: str) -> dict[int, Any]:
+    def gather(self, refs: dict[int, ObjectRef[R]], *, doing: str) -> dict[int, R]:
         """Wait for every call; a dead worker raises WorkerLostError, the others' errors re-raise.
 
         Waits on the set so that the first failure is seen at once, even while other calls
         (blocked in a collective with the dead worker) would never return.
         """
         pending = {ref: w for w, ref in refs.items()}
-        results: dict[int, Any] = {}
+        results: dict[int, R] = {}
         deadline = time.monotonic() + self.config.worker_timeout_s
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
@@ -95,13 +138,15 @@ class Runtime:
     def _lost(self, worker_id: int, doing: str, err: BaseException) -> WorkerLostError:
         return WorkerLostError(
             worker_id=worker_id,
-            role=self.topology.role_of(worker_id).value,
+            role=self.roles.role_of(worker_id).value,
             step=self.step,
             doing=doing,
             cause=type(err).__name__,
         )
 
-    def _raise_if_a_worker_died(self, pending: dict, doing: str, wait_s: float = 15.0) -> None:
+    def _raise_if_a_worker_died(
+        self, pending: dict[ObjectRef[Any], int], doing: str, wait_s: float = 15.0
+    ) -> None:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
         for ref in ready:
             try:
@@ -118,41 +163,38 @@ class Runtime:
             except Exception:
                 continue
 
-    def run(self, worker_ids: Iterable[int], method: str, *, doing: str, **kwargs: Any) -> dict:
-        """call + gather."""
-        return self.gather(self.call(worker_ids, method, **kwargs), doing=doing)
-
     def form_world(self, *, master_addr: str) -> None:
         """Every worker joins one new world process group, rendezvous at worker 0's free port."""
-        port = self.run([0], "rendezvous_port", doing="finding a rendezvous port")[0]
-        self.run(
+        port = self.call([0], LiveWorker.rendezvous_port).wait("finding a rendezvous port")[0]
+        self.call(
             self.all_ids,
-            "join_world",
-            doing="joining the world group",
+            LiveWorker.join_world,
             master_addr=master_addr,
             master_port=port,
             world_size=len(self.workers),
-        )
+        ).wait("joining the world group")
 
     def take_roles(
         self, *, weights_version: int, lap: Callable[[str], None] = lambda _name: None
     ) -> None:
-        """The current topology's groups, every worker's role in it, and the trainers' ranks.
+        """The current role map's groups, every worker's role in it, and the trainers' ranks.
 
         With resident rollout engines the trainers build theirs here too. `lap(name)` marks the
         end of the roles ("roles_taken") and of the resident engines ("resident_engines_built").
         """
-        topo = self.topology
-        self.run(self.all_ids, "bind_topology", doing="building groups", topology=topo)
-        for role, ids in ((Role.TRAIN, topo.trainer_ids), (Role.ROLLOUT, topo.rollout_ids)):
-            self.run(
-                ids, "set_role", doing="taking a role", role=role, weights_version=weights_version
+        roles = self.roles
+        self.call(self.all_ids, LiveWorker.bind_groups, roles).wait("building groups")
+        for role, ids in ((Role.TRAIN, roles.trainer_ids), (Role.ROLLOUT, roles.rollout_ids)):
+            self.call(ids, LiveWorker.set_role, role, weights_version=weights_version).wait(
+                "taking a role"
             )
         lap("roles_taken")
         if self.config.rollout_engines is RolloutEngines.RESIDENT:
-            self.run(topo.trainer_ids, "prebuild_rollout_engine", doing="building resident engines")
+            self.call(roles.trainer_ids, LiveWorker.prebuild_rollout_engine).wait(
+                "building resident engines"
+            )
             lap("resident_engines_built")
-        self.run(topo.trainer_ids, "bind_trainer_rank", doing="binding trainer ranks")
+        self.call(roles.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")
 
     @property
     def all_ids(self) -> tuple[int, ...]:

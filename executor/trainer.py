@@ -20,9 +20,10 @@ import torch
 import torch.distributed as dist
 
 from .batch import RolloutSample
-from .config import ObjectiveSettings, OptimizerSettings
+from .deferred_optimizer import DeferredOptimizerState
 from .objective import microbatch_loss
 from .rl.model import load_flat_parameters
+from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
 
 
@@ -79,8 +80,17 @@ class TrainerRole:
         self.master: torch.nn.Parameter | None = None
         self.optimizer: torch.optim.AdamW | None = None
         self.optimizer_step = 0
+        self.deferred_moments: DeferredOptimizerState | None = None
+        """Moments still loading in the background after a resize; the first optimizer step
+        and any export before it wait for them."""
 
     # --- state ---------------------------------------------------------------------------
+
+    def master_and_optimizer(self) -> tuple[torch.nn.Parameter, torch.optim.AdamW]:
+        """This rank's fp32 master slice and its AdamW (both exist once weights are loaded)."""
+        if self.master is None or self.optimizer is None:
+            raise RuntimeError(f"trainer {self.worker_id} has no weights loaded yet")
+        return self.master, self.optimizer
 
     def bind(self, *, group: dist.ProcessGroup | None, rank: int, layout: ShardLayout) -> None:
         """Join a trainer group as `rank` of `layout.num_ranks` (state comes with load_shard)."""
@@ -101,13 +111,13 @@ class TrainerRole:
 
     def load_moments(self, moments: dict[str, torch.Tensor]) -> None:
         """Take this rank's AdamW moments; before the first step there are none to take."""
-        assert self.master is not None and self.optimizer is not None, "load_weights first"
+        master, optimizer = self.master_and_optimizer()
         if self.optimizer_step == 0:
-            self.optimizer.state.pop(self.master, None)
+            optimizer.state.pop(master, None)
             return
         state = {k: moments[k].to(self.device, dtype=torch.float32, copy=True) for k in moments}
         state["step"] = torch.tensor(float(self.optimizer_step))
-        self.optimizer.state[self.master] = state
+        optimizer.state[master] = state
 
     def load_shard(self, shard: ShardState) -> None:
         if shard.layout != self.layout or shard.rank != self.rank:
@@ -120,20 +130,23 @@ class TrainerRole:
 
     def export_shard(self) -> ShardState:
         """A host copy of this rank's slice: master weights, moments, step."""
-        assert self.master is not None and self.optimizer is not None
-        state = self.optimizer.state.get(self.master, {})
+        if self.deferred_moments is not None:
+            self.deferred_moments.wait_and_install()
+            self.deferred_moments = None
+        master, optimizer = self.master_and_optimizer()
+        state = optimizer.state.get(master, {})
         moments = {
             k: (
                 state[k].detach().to("cpu", copy=True)
                 if k in state
-                else torch.zeros(self.master.numel(), dtype=torch.float32)
+                else torch.zeros(master.numel(), dtype=torch.float32)
             )
             for k in OPTIMIZER_TENSORS
         }
         return ShardState(
             rank=self.rank,
             layout=self.layout,
-            master=self.master.detach().to("cpu", copy=True),
+            master=master.detach().to("cpu", copy=True),
             moments=moments,
             optimizer_step=self.optimizer_step,
         )
@@ -147,7 +160,7 @@ class TrainerRole:
         rank's loss is a sum over its tokens divided by that one number, so the all-reduced
         gradient is the whole batch's gradient whatever the split.
         """
-        assert self.master is not None and self.optimizer is not None
+        master, optimizer = self.master_and_optimizer()
         start = time.perf_counter()
         version = self.optimizer_step
         self.model.train()
@@ -172,9 +185,9 @@ class TrainerRole:
         if self.settings.grad_clip_norm is not None:
             grad.mul_(min(1.0, self.settings.grad_clip_norm / (grad_norm + 1e-6)))
         lo, hi = self.layout.bounds(self.rank)
-        self.master.grad = grad[lo:hi].to(self.device)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        master.grad = grad[lo:hi].to(self.device)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         self.optimizer_step += 1
         load_flat_parameters(self.model, self.gather_master())
         self.model.eval()
@@ -190,8 +203,8 @@ class TrainerRole:
 
     def gather_master(self) -> torch.Tensor:
         """Every rank's master slice, concatenated into the whole fp32 vector (host)."""
-        assert self.master is not None
-        mine = self.master.detach().to("cpu")
+        master, _ = self.master_and_optimizer()
+        mine = master.detach().to("cpu")
         if self.layout.num_ranks == 1:
             return mine
         size = self.layout.padded_shard_numel

@@ -1,7 +1,7 @@
 """One long-lived worker per device: holds a role, switches role in-process.
 
 The worker owns what outlives a role: its device (CUDA context included), its model object, its
-membership in the world process group and the groups of the current topology. A role (trainer or
+membership in the world process group and the groups of the current split. A role (trainer or
 rollout replica) is a small object built on top; switching role drops one object and builds the
 other, with no actor teardown and no new process, which is what keeps a resize cheap.
 
@@ -16,57 +16,38 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import ray
 import torch
 import torch.distributed as dist
+from ray import ObjectRef
 
 from dynaresize.traces.phases import Role
 
 from .batch import RolloutSample
-from .config import DeviceKind, LiveConfig, RolloutEngines
-from .rollout import RolloutReport, RolloutRole
+from .cluster import free_port
+from .config import RolloutEngines
+from .rl.model import build_model, load_flat_parameters
+from .roles import RoleMap
+from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState, recut
-from .strategies.agent import FastResizeWorker
-from .topology import Topology
+from .strategies.overlapped_worker import OverlappedWorkerSide
+from .strategies.stop_and_rebuild_worker import StopAndRebuildWorkerSide
 from .trainer import TrainerRole, TrainReport, flat_numel
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
-class LiveWorker(FastResizeWorker):
-    """A Ray actor (the driver wraps it with `ray.remote`)."""
+class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
+    """A Ray actor (the cluster wraps it with `ray.remote`): the worker's own methods here, the
+    strategies' worker sides from its bases, its state declared in `WorkerState`."""
 
-    def __init__(self, *, worker_id: int, config_json: str) -> None:
-        self.worker_id = worker_id
-        self.config = LiveConfig.model_validate_json(config_json)
-        torch.set_num_threads(self.config.torch_threads_per_worker)
-        self.device = self._pick_device()
-        self.model = None
-        self.role: Role | None = None
-        self.trainer: TrainerRole | None = None
-        self.rollout: RolloutRole | None = None
-        self._parked_rollout: RolloutRole | None = None
-        self.rollout_engines_built = 0
-        self.topology: Topology | None = None
-        self.train_group: dist.ProcessGroup | None = None
-        self.sync_group: dist.ProcessGroup | None = None
-        self._stash = None
-        self._pending_moments: dict[str, torch.Tensor] = {}
-
-    def _pick_device(self) -> torch.device:
-        if self.config.device is DeviceKind.CPU:
-            return torch.device("cpu")
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"worker {self.worker_id}: device cuda asked but CUDA is absent")
-        device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU
-        torch.cuda.set_device(device)
-        return device
+    _stash: ObjectRef[ShardState] | None = None
+    """This trainer's exported slice in the object store (host_sync), until dropped."""
 
     # --- setup ---------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
         """Process id and host: for fault reports, and for tests that kill a worker."""
-        import ray
-
         return {
             "worker_id": self.worker_id,
             "pid": os.getpid(),
@@ -80,8 +61,6 @@ class LiveWorker(FastResizeWorker):
         }
 
     def rendezvous_port(self) -> int:
-        from .cluster import free_port
-
         return free_port()
 
     def join_world(self, *, master_addr: str, master_port: int, world_size: int) -> float:
@@ -98,25 +77,23 @@ class LiveWorker(FastResizeWorker):
 
     def build_model(self) -> int:
         """Build the model from the config's spec (same seed on every worker: same weights)."""
-        from .rl.model import build_model
+        self._model = build_model(self.config.model, device=self.device)
+        self._model.requires_grad_(True)
+        return flat_numel(self._model)
 
-        self.model = build_model(self.config.model_spec(), device=self.device)
-        self.model.requires_grad_(True)
-        return flat_numel(self.model)
+    # --- groups and roles -----------------------------------------------------------------
 
-    # --- topology and roles --------------------------------------------------------------
-
-    def bind_topology(self, topology: Topology) -> float:
-        """Create the trainer group and the weight-sync group of `topology` (world collective)."""
+    def bind_groups(self, roles: RoleMap) -> float:
+        """Create the trainer group and the weight-sync group of `roles` (world collective)."""
         start = time.perf_counter()
         old = [g for g in (self.train_group, self.sync_group) if g is not None]
-        self.train_group = dist.new_group(list(topology.trainer_ids))
-        self.sync_group = dist.new_group(list(topology.sync_ids))
-        self.topology = topology
+        self.train_group = dist.new_group(list(roles.trainer_ids))
+        self.sync_group = dist.new_group(list(roles.sync_ids))
+        self.roles = roles
         warm = torch.zeros(1)
-        if self.worker_id in topology.trainer_ids:
+        if self.worker_id in roles.trainer_ids:
             dist.all_reduce(warm, group=self.train_group)
-        if self.worker_id in topology.sync_ids:
+        if self.worker_id in roles.sync_ids:
             dist.all_reduce(warm, group=self.sync_group)
         for group in old:
             if group is not dist.GroupMember.NON_GROUP_MEMBER:
@@ -170,31 +147,29 @@ class LiveWorker(FastResizeWorker):
             worker_id=self.worker_id,
             model=self.model,
             task=self.config.build_task(),
-            sampler=self.config.sampler_config(),
-            params=self.config.sampling_params(),
+            sampler=sampler_config(self.config),
+            params=sampling_params(self.config),
             samples_per_prompt=self.config.samples_per_prompt,
             weights_version=weights_version,
         )
 
     def bind_trainer_rank(self) -> None:
-        assert self.topology is not None and self.trainer is not None
-        rank = self.topology.trainer_rank(self.worker_id)
-        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=self.topology.num_trainers)
-        self.trainer.bind(group=self.train_group, rank=rank, layout=layout)
+        roles = self._role_map()
+        rank = roles.trainer_rank(self.worker_id)
+        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=roles.num_trainers)
+        self._trainer().bind(group=self.train_group, rank=rank, layout=layout)
 
     # --- trainer state -------------------------------------------------------------------
 
     def export_shard(self) -> ShardState:
         return self._trainer().export_shard()
 
-    def stash_shard(self) -> tuple[list, int]:
+    def stash_shard(self) -> tuple[list[ObjectRef[ShardState]], int]:
         """Copy this rank's slice to host memory (the object store) and return a reference.
 
         The reference comes back inside a list so that the driver passes it on without
         fetching the state itself; the receivers fetch what they need.
         """
-        import ray
-
         shard = self._trainer().export_shard()
         self._stash = ray.put(shard)
         return [self._stash], shard.nbytes()
@@ -215,13 +190,11 @@ class LiveWorker(FastResizeWorker):
         trainer.load_moments({})
         return time.perf_counter() - start
 
-    def restore_weights(self, *, old_shard_refs: list) -> int:
+    def restore_weights(self, *, old_shard_refs: list[ObjectRef[ShardState]]) -> int:
         """Take this rank's master slice, re-cut from the old ranks' slices (host memory).
 
         Returns the bytes fetched. The moments are kept aside for restore_optimizer.
         """
-        import ray
-
         old_shards: list[ShardState] = ray.get(old_shard_refs)
         trainer = self._trainer()
         shard = recut(old_shards, trainer.layout, trainer.rank)
@@ -242,8 +215,6 @@ class LiveWorker(FastResizeWorker):
 
     def refresh_model_from_master(self) -> float:
         """All-gather the master slices into the model (trainer-group collective)."""
-        from .rl.model import load_flat_parameters
-
         start = time.perf_counter()
         load_flat_parameters(self.model, self._trainer().gather_master())
         return time.perf_counter() - start
@@ -267,9 +238,8 @@ class LiveWorker(FastResizeWorker):
 
         The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged.
         """
-        assert self.topology is not None
         start = time.perf_counter()
-        source = self.topology.trainer_ids[0]
+        source = self._role_map().trainer_ids[0]
         if self.worker_id == source:
             flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
         else:
@@ -284,15 +254,3 @@ class LiveWorker(FastResizeWorker):
     def flat_weights(self) -> torch.Tensor:
         """The model's weights as one host vector (tests compare runs with it)."""
         return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
-
-    # --- helpers -------------------------------------------------------------------------
-
-    def _trainer(self) -> TrainerRole:
-        if self.trainer is None:
-            raise RuntimeError(f"worker {self.worker_id} is not a trainer (role {self.role})")
-        return self.trainer
-
-    def _rollout(self) -> RolloutRole:
-        if self.rollout is None:
-            raise RuntimeError(f"worker {self.worker_id} is not a rollout replica ({self.role})")
-        return self.rollout

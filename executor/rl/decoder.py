@@ -14,6 +14,7 @@ graph (see `sampler.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol, cast
 
 import torch
 from transformers import PreTrainedModel
@@ -57,6 +58,30 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-second, first), dim=-1)
 
 
+Block = Callable[[torch.Tensor], torch.Tensor]
+
+
+class _Attention(Protocol):
+    """What the decoder reads of a Llama-family attention module."""
+
+    q_proj: Block
+    k_proj: Block
+    v_proj: Block
+    o_proj: Block
+    head_dim: int
+    scaling: float
+
+
+class _DecoderLayer(Protocol):
+    """What the decoder reads of a Llama-family decoder layer (the supported model types all
+    have these submodules; torch types every submodule attribute as `Tensor | Module`)."""
+
+    self_attn: _Attention
+    input_layernorm: Block
+    post_attention_layernorm: Block
+    mlp: Block
+
+
 class LeanDecoder:
     """Prefill and decode steps of a Llama-family `PreTrainedModel` over a `StaticKVCache`."""
 
@@ -67,7 +92,7 @@ class LeanDecoder:
                 f"model_type {config.model_type!r}: the sampler supports {SUPPORTED_MODEL_TYPES}"
             )
         self.model = model
-        self.layers = list(model.model.layers)
+        self.layers = [cast(_DecoderLayer, layer) for layer in model.model.layers]
         attn = self.layers[0].self_attn
         window = getattr(attn, "sliding_window", None)
         if window is not None and max_seq_len > window:
@@ -154,7 +179,7 @@ class LeanDecoder:
 
     def _layer(
         self,
-        layer: torch.nn.Module,
+        layer: _DecoderLayer,
         index: int,
         hidden: torch.Tensor,
         *,
@@ -172,8 +197,9 @@ class LeanDecoder:
         query = attn.q_proj(normed).view(rows, steps, self.num_heads, self.head_dim)
         key = attn.k_proj(normed).view(rows, steps, self.num_kv_heads, self.head_dim)
         value = attn.v_proj(normed).view(rows, steps, self.num_kv_heads, self.head_dim)
-        if hasattr(attn, "q_norm"):  # Qwen3 normalises queries and keys per head
-            query, key = attn.q_norm(query), attn.k_norm(key)
+        q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+        if q_norm is not None and k_norm is not None:  # Qwen3 normalises queries, keys per head
+            query, key = q_norm(query), k_norm(key)
         query, key, value = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         query = query * cos + _rotate_half(query) * sin

@@ -1,8 +1,8 @@
 """GRPO: group-relative advantages and the clipped-ratio policy loss, as pure functions.
 
-Nothing here steps an optimizer or talks to other ranks. A data-parallel trainer calls
-`compute_loss` on its micro-batch with `num_tokens_total` set to the response tokens of the whole
-global batch, sums gradients across ranks, and steps; the result is the same as one process
+Nothing here steps an optimizer or talks to other ranks: the live trainer (`executor/trainer.py`)
+calls `compute_loss` on its micro-batch with `num_tokens_total` set to the response tokens of the
+whole global batch, sums gradients across ranks, and steps; the result is the same as one process
 computing the loss over the global batch, whatever the split (up to reduction order).
 
 Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `token-mean`):
@@ -15,33 +15,11 @@ Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `to
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
-
-class GRPOConfig(BaseModel):
-    """The objective and optimizer settings of a GRPO update."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    clip_eps_low: float = Field(default=0.2, ge=0, description="Lower clip: ratio >= 1 - this.")
-    clip_eps_high: float = Field(default=0.2, ge=0, description="Upper clip: ratio <= 1 + this.")
-    kl_coef: float = Field(default=0.0, ge=0, description="Weight of the KL to the reference.")
-    normalize_advantage_std: bool = Field(
-        default=True, description="Divide advantages by the group's reward standard deviation."
-    )
-    advantage_eps: float = Field(
-        default=1e-6, gt=0, description="Added to the group std before dividing."
-    )
-    learning_rate: float = Field(default=1e-3, gt=0, description="AdamW learning rate.")
-    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay.")
-    adam_beta1: float = Field(default=0.9, ge=0, lt=1, description="AdamW beta1.")
-    adam_beta2: float = Field(default=0.999, ge=0, lt=1, description="AdamW beta2.")
-    max_grad_norm: float | None = Field(
-        default=1.0, gt=0, description="Clip the global gradient norm to this; None: no clipping."
-    )
+from .settings import ObjectiveSettings
 
 
 @dataclass
@@ -99,8 +77,14 @@ class TrainBatch:
 
     def _map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> TrainBatch:
         """A batch of `fn` applied to every tensor (absent log-probs stay absent)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return TrainBatch(**{k: None if v is None else fn(v) for k, v in values.items()})
+        return TrainBatch(
+            input_ids=fn(self.input_ids),
+            attention_mask=fn(self.attention_mask),
+            response_mask=fn(self.response_mask),
+            advantages=fn(self.advantages),
+            old_logprobs=None if self.old_logprobs is None else fn(self.old_logprobs),
+            ref_logprobs=None if self.ref_logprobs is None else fn(self.ref_logprobs),
+        )
 
 
 def group_advantages(
@@ -161,16 +145,19 @@ class LossOutput:
 def compute_loss(
     model: torch.nn.Module,
     batch: TrainBatch,
-    config: GRPOConfig,
+    settings: ObjectiveSettings,
     *,
+    kl_coef: float = 0.0,
     num_tokens_total: int | None = None,
 ) -> LossOutput:
     """The GRPO loss of `batch`, normalised by `num_tokens_total` response tokens (the batch's own
     when None). Needs `batch.old_logprobs` (see `token_logprobs`), and `batch.ref_logprobs` when
-    `config.kl_coef > 0`."""
+    `kl_coef > 0` (the weight of the KL to a reference model; the live executor runs none)."""
     if batch.old_logprobs is None:
         raise ValueError("batch.old_logprobs is missing: compute them with token_logprobs first")
-    if config.kl_coef > 0 and batch.ref_logprobs is None:
+    if kl_coef < 0:
+        raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+    if kl_coef > 0 and batch.ref_logprobs is None:
         raise ValueError("kl_coef > 0 but batch.ref_logprobs is missing")
     mask = batch.response_mask.float()
     normaliser = float(num_tokens_total or max(batch.num_response_tokens, 1))
@@ -179,15 +166,15 @@ def compute_loss(
         logprobs,
         batch.old_logprobs,
         batch.advantages,
-        clip_eps_low=config.clip_eps_low,
-        clip_eps_high=config.clip_eps_high,
+        clip_eps_low=settings.clip_eps_low,
+        clip_eps_high=settings.clip_eps_high,
     )
     policy_sum = (policy * mask).sum()
     loss = policy_sum / normaliser
     kl_value = 0.0
-    if config.kl_coef > 0 and batch.ref_logprobs is not None:
+    if kl_coef > 0 and batch.ref_logprobs is not None:
         kl_sum = (kl_k3(logprobs, batch.ref_logprobs) * mask).sum()
-        loss = loss + config.kl_coef * kl_sum / normaliser
+        loss = loss + kl_coef * kl_sum / normaliser
         kl_value = kl_sum.item() / normaliser
     return LossOutput(
         loss=loss,
@@ -196,26 +183,3 @@ def compute_loss(
         clip_fraction=(clipped * mask).sum().item() / normaliser,
         num_tokens=batch.num_response_tokens,
     )
-
-
-def build_optimizer(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.AdamW:
-    return torch.optim.AdamW(
-        model.parameters(),
-        lr=config.learning_rate,
-        betas=(config.adam_beta1, config.adam_beta2),
-        weight_decay=config.weight_decay,
-    )
-
-
-def optimizer_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: GRPOConfig
-) -> float:
-    """Clip gradients (if configured), step and zero them; returns the pre-clip grad norm."""
-    params = [p for p in model.parameters() if p.grad is not None]
-    if config.max_grad_norm is not None:
-        norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-    else:
-        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params]))
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return float(norm)

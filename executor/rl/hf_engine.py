@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 
 import torch
-from transformers import PreTrainedModel
+from transformers import GenerationMixin, PreTrainedModel
 
 from .engine import (
     FinishReason,
@@ -29,6 +29,8 @@ class HFGenerateEngine:
     """`RolloutEngine` over `model.generate` with left-padded batches."""
 
     def __init__(self, model: PreTrainedModel, *, pad_token_id: int) -> None:
+        if not isinstance(model, GenerationMixin):
+            raise TypeError(f"{type(model).__name__} has no `generate` (not a generation model)")
         self.model = model
         self.pad_token_id = pad_token_id
         self.device = next(model.parameters()).device

@@ -132,7 +132,6 @@ class RepeatTask:
 
     def __init__(self, config: RepeatTaskConfig | None = None) -> None:
         self.config = config or RepeatTaskConfig()
-        self.tokenizer = TOKENIZER
 
     def draw_counts(self, rng: np.random.Generator, num: int) -> np.ndarray:
         """Required lengths: a Pareto draw, rounded and clipped to [min_count, max_count]."""

@@ -1,9 +1,9 @@
-"""Start live workers that carry the fast-resize half, outside the driver loop.
+"""Start live workers outside the driver loop, for tests and benchmarks that drive resizes.
 
 The strategies' tests and the resize benchmark need the executor's own workers, placement group,
 world group and trainer state, but drive resizes themselves (a fixed sequence, each strategy in
 turn on the same workers) instead of through a policy. This module does the driver's setup steps
-for them and nothing else; `FastLiveWorker` is the live worker with `FastResizeWorker` mixed in.
+for them and nothing else; `BenchWorker` is the live worker with a fixed load step.
 """
 
 from __future__ import annotations
@@ -11,23 +11,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import ray
 import torch
+from ray.util.placement_group import PlacementGroup
 
-from ..cluster import PLACEMENT_GROUP_NAME, connect, reserve, start_workers
+from ..cluster import connect, reserve, start_workers
 from ..config import LiveConfig
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
 from ..worker import LiveWorker
+from ..worker_setup import set_up_workers
+from .stop_and_rebuild import restart_workers
 
 
-class FastLiveWorker(LiveWorker):
-    """The live worker, which carries the worker-side methods of the fast strategies
-    (`FastResizeWorker` is one of its bases)."""
-
-
-class BenchWorker(FastLiveWorker):
-    """A fast live worker with a fixed load step, for measuring resizes (benchmarks/).
+class BenchWorker(LiveWorker):
+    """The live worker with a fixed load step, for measuring resizes (benchmarks/).
 
     A trainer runs forward and backward on a fixed batch of random tokens and the AdamW update of
     its own ZeRO-1 slice from its local gradient (so the update reads the moments a resize moved,
@@ -51,7 +48,8 @@ class BenchWorker(FastLiveWorker):
         return {"s": time.perf_counter() - start}
 
     def _bench_train(self, tokens: torch.Tensor) -> None:
-        trainer = self.trainer
+        trainer = self._trainer()
+        master, optimizer = trainer.master_and_optimizer()
         self.model.zero_grad(set_to_none=True)
         loss = self.model(input_ids=tokens, labels=tokens).loss
         loss.backward()
@@ -60,51 +58,32 @@ class BenchWorker(FastLiveWorker):
             (p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
             for p in self.model.parameters()
         ]
-        trainer.master.grad = torch.cat(grads)[lo:hi].float()
+        master.grad = torch.cat(grads)[lo:hi].float()
         del grads
         self.model.zero_grad(set_to_none=True)
-        trainer.optimizer.step()
-        trainer.optimizer.zero_grad(set_to_none=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
         trainer.optimizer_step += 1
 
 
-def setup_runtime(runtime: Runtime) -> int:
-    """The driver's setup: world group, model, groups, roles, initial slices, first sync.
-
-    Returns the number of model parameters.
-    """
-    rt = runtime
-    infos = rt.run(rt.all_ids, "info", doing="starting")
-    rt.form_world(master_addr=infos[0]["node_ip"])
-    numel = rt.run(rt.all_ids, "build_model", doing="building the model")[0]
-    rt.take_roles(weights_version=0)
-    rt.run(rt.topology.trainer_ids, "initial_shard", doing="loading initial weights")
-    rt.run(rt.topology.sync_ids, "sync_weights", doing="first weight sync", weights_version=0)
-    return int(numel)
-
-
 def start_runtime(
-    config: LiveConfig, *, actor_cls: type = FastLiveWorker
-) -> tuple[Runtime, Any, bool]:
-    """Ray (joined or started), the placement group, fast workers, and the driver's setup."""
+    config: LiveConfig, *, actor_cls: type[LiveWorker] = LiveWorker
+) -> tuple[Runtime, PlacementGroup, bool]:
+    """Ray (joined or started), the placement group, the workers, and the driver's setup
+    (`worker_setup.set_up_workers`)."""
     started = connect(address=None, config=config)
     group = reserve(config)
     workers = start_workers(config, group, actor_cls=actor_cls)
     runtime = Runtime(
         config=config,
         workers=workers,
-        topology=Topology.for_allocation(config.initial_allocation),
+        roles=RoleMap.for_allocation(config.initial_allocation),
         start_wall=time.perf_counter(),
     )
-    setup_runtime(runtime)
+    set_up_workers(runtime)
     return runtime, group, started
 
 
-def restart_fast_workers(runtime: Runtime, *, actor_cls: type = FastLiveWorker) -> list:
-    """Actor factory for `stop_and_rebuild` when the workers are `FastLiveWorker`s."""
-    group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
-    return start_workers(runtime.config, group, actor_cls=actor_cls)
-
-
-def restart_bench_workers(runtime: Runtime) -> list:
-    return restart_fast_workers(runtime, actor_cls=BenchWorker)
+def restart_bench_workers(runtime: Runtime) -> list[Any]:
+    """Actor factory for `stop_and_rebuild` when the workers are `BenchWorker`s."""
+    return restart_workers(runtime, actor_cls=BenchWorker)

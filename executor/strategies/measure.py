@@ -1,6 +1,6 @@
 """How a resize is measured: from step times alone, so relabelling a phase cannot change it.
 
-- critical path: the gap between the end of the last step on the old topology and the start of
+- critical path: the gap between the end of the last step on the old split and the start of
   the first step on the new one (everything the pipeline waited for, whatever it was called);
 - background cost: how much slower the first step after the resize ran than the step after that
   (work overlapped with that step, including any wait at the deferred-optimizer synchronisation

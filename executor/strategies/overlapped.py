@@ -1,7 +1,7 @@
 """`overlapped`: a resize that keeps the actors and moves only what the next step needs.
 
 Each of the three mechanisms is a switch, so each can be measured alone:
-- reuse_communicators: every candidate topology's groups are built and warmed in the background
+- reuse_communicators: every candidate split's groups are built and warmed in the background
   from the first step on; the resize binds them (off: they are built at the resize);
 - staging: trainer slices stream between workers through each receiver's bounded, pinned host
   pool, no copy of the state is taken (off: each old trainer puts a full host copy of its slice in
@@ -17,52 +17,25 @@ from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from dynaresize.traces.phases import PhaseName, StrategyName
 
-from ..resize import (
-    PhaseLog,
-    PhaseTiming,
-    ResizeStrategy,
-    export_shards_to_host,
-    register_strategy,
-    restore_weights_from_host,
-    switch_roles_and_bind,
-)
+from ..config import OverlappedMechanisms
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
-from .plan import SliceMove, reshard_moves, staged_bytes
+from ..staging import MIB, StagingConfig
+from ..worker import LiveWorker
+from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
+from .plan import reshard_moves, staged_bytes
 
 FP32_BYTES = 4
 
 
-class Mechanisms(BaseModel):
-    """Which of the overlapped strategy's mechanisms are on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    reuse_communicators: bool = Field(
-        default=True, description="Bind cached, background-prewarmed groups at a resize."
-    )
-    staging: bool = Field(
-        default=True, description="Stream state through bounded host buffers (else host copies)."
-    )
-    defer_optimizer: bool = Field(
-        default=True, description="Move optimizer moments after the boundary, before their use."
-    )
-
-    @property
-    def label(self) -> str:
-        on = [n for n, v in self.model_dump().items() if v]
-        return "+".join(on) if on else "none"
-
-
-@register_strategy
 class OverlappedStrategy(ResizeStrategy):
     name = StrategyName.OVERLAPPED
 
-    def __init__(self, mechanisms: Mechanisms | None = None) -> None:
+    def __init__(self, mechanisms: OverlappedMechanisms | None = None) -> None:
+        """`mechanisms`: the run config's `overlapped` section when None."""
         self._mechanisms = mechanisms
         self._pools: dict[int, str] = {}
         self._ready = False
@@ -72,13 +45,9 @@ class OverlappedStrategy(ResizeStrategy):
 
     # --- setup and hooks -----------------------------------------------------------------
 
-    def mechanisms(self, runtime: Runtime) -> Mechanisms:
+    def mechanisms(self, runtime: Runtime) -> OverlappedMechanisms:
         if self._mechanisms is None:
-            settings = runtime.config.staging
-            self._mechanisms = Mechanisms(
-                reuse_communicators=settings.reuse_communicators,
-                defer_optimizer=settings.defer_optimizer_reload,
-            )
+            self._mechanisms = runtime.config.overlapped
         return self._mechanisms
 
     def prepare(self, runtime: Runtime) -> None:
@@ -87,32 +56,35 @@ class OverlappedStrategy(ResizeStrategy):
             return
         mech = self.mechanisms(runtime)
         settings = runtime.config.staging
-        names = runtime.run(
+        names = runtime.call(
             runtime.all_ids,
-            "fast_setup",
-            doing="creating staging pools",
-            candidates=[c.label for c in runtime.config.candidates],
-            chunk_bytes=settings.chunk_mib << 20,
-            num_buffers=settings.num_buffers,
-            pin_memory=settings.pin_memory,
+            LiveWorker.open_staging,
+            candidates=list(runtime.config.candidates),
+            staging=StagingConfig(
+                chunk_bytes=settings.chunk_mib * MIB,
+                num_buffers=settings.num_buffers,
+                pin_memory=settings.pin_memory,
+            ),
             reuse_communicators=mech.reuse_communicators,
             world_size=len(runtime.workers),
-        )
+        ).wait("creating staging pools")
         self._pools = dict(names)
-        runtime.run(runtime.all_ids, "fast_connect", doing="attaching pools", pools=self._pools)
+        runtime.call(runtime.all_ids, LiveWorker.attach_staging_pools, pools=self._pools).wait(
+            "attaching pools"
+        )
         if mech.reuse_communicators:
-            runtime.run(runtime.all_ids, "fast_prewarm", doing="prewarming groups")
+            runtime.call(runtime.all_ids, LiveWorker.prewarm_groups).wait("prewarming groups")
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
         self.prepare(runtime)
 
     def after_step(self, runtime: Runtime) -> None:
-        """After the first step on a new topology: collect when the background work ended."""
+        """After the first step on a new split: collect when the background work ended."""
         if not self._background_workers:
             return
-        reports = runtime.run(
-            self._background_workers, "fast_settle", doing="finishing background state moves"
+        reports = runtime.call(self._background_workers, LiveWorker.settle_background_moves).wait(
+            "finishing background state moves"
         )
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
@@ -136,7 +108,7 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._ready:
             return
         self.after_step(runtime)
-        runtime.run(runtime.all_ids, "fast_close", doing="closing staging pools")
+        runtime.call(runtime.all_ids, LiveWorker.close_staging).wait("closing staging pools")
         self._ready = False
 
     def pop_background_phases(self) -> list[PhaseTiming]:
@@ -146,43 +118,46 @@ class OverlappedStrategy(ResizeStrategy):
 
     # --- the resize ----------------------------------------------------------------------
 
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
         self.prepare(runtime)
         if self._background_workers:  # a resize right after a resize: finish the last one first
             self.after_step(runtime)
         mech = self.mechanisms(runtime)
-        old = runtime.topology
+        old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
-        numel = runtime.run([old.trainer_ids[0]], "trainer_numel", doing="sizing")[
-            old.trainer_ids[0]
-        ]
+        first = old.trainer_ids[0]
+        numel = runtime.call([first], LiveWorker.trainer_numel).wait("sizing")[first]
         moves = reshard_moves(old, target, numel=numel)
         involved = tuple(sorted(set(old.trainer_ids) | set(target.trainer_ids)))
 
         shard_refs = None
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             if mech.staging:
-                held = runtime.run(old.trainer_ids, "fast_hold_shard", doing="holding shards")
+                held = runtime.call(old.trainer_ids, LiveWorker.hold_shard).wait("holding shards")
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
                 shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
         switch_roles_and_bind(
-            runtime, log, target=target, bind_method="fast_bind", bind_doing="binding groups"
+            runtime,
+            log,
+            target=target,
+            bind=LiveWorker.bind_cached_groups,
+            bind_doing="binding groups",
         )
 
         step = version  # AdamW steps applied so far
         with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
             if mech.staging:
-                self._run_staged(
-                    runtime,
+                runtime.call(
                     involved,
-                    "fast_move_weights",
-                    doing="moving master slices",
+                    LiveWorker.move_master_slices,
                     moves=moves,
+                    pools=self._pools,
+                    transfer_base=self._next_transfer_ids(len(moves)),
                     optimizer_step=step,
-                )
+                ).wait("moving master slices")
                 extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
             else:
                 assert shard_refs is not None
@@ -193,59 +168,38 @@ class OverlappedStrategy(ResizeStrategy):
         critical_moments = not mech.defer_optimizer
         with log.phase(PhaseName.OPTIMIZER_RESTORE, critical=True) as extra:
             if mech.staging:
-                self._run_staged(
-                    runtime,
+                runtime.call(
                     involved,
-                    "fast_move_moments",
-                    doing="moving optimizer moments",
+                    LiveWorker.move_moment_slices,
                     moves=moves,
+                    pools=self._pools,
+                    transfer_base=self._next_transfer_ids(len(moves)),
                     optimizer_step=step,
                     deferred=mech.defer_optimizer,
-                )
+                ).wait("moving optimizer moments")
                 if critical_moments:
                     extra["bytes_moved"] = 2 * staged_bytes(moves, bytes_per_element=FP32_BYTES)
             elif mech.defer_optimizer:
-                runtime.run(
-                    target.trainer_ids,
-                    "fast_defer_host_moments",
-                    doing="deferring moments",
-                    optimizer_step=step,
-                )
+                runtime.call(
+                    target.trainer_ids, LiveWorker.defer_host_moments, optimizer_step=step
+                ).wait("deferring moments")
             else:
-                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+                runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                    "restoring optimizer"
+                )
         if mech.defer_optimizer:
             self._background_workers = involved if mech.staging else target.trainer_ids
 
         if shard_refs is not None:
             with log.phase(PhaseName.POSTPROCESS):
                 del shard_refs
-                runtime.run(runtime.all_ids, "drop_stash", doing="releasing exported state")
+                runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait(
+                    "releasing exported state"
+                )
         return log.phases
 
-    def _run_staged(
-        self,
-        runtime: Runtime,
-        workers: tuple[int, ...],
-        method: str,
-        *,
-        doing: str,
-        moves: list[SliceMove],
-        optimizer_step: int,
-        **options: object,
-    ) -> None:
-        """One staged move through the workers' pools, with a fresh block of transfer ids."""
-        runtime.run(
-            workers,
-            method,
-            doing=doing,
-            moves=moves,
-            pools=self._pools,
-            transfer_base=self._next_transfer_ids(len(moves)),
-            optimizer_step=optimizer_step,
-            **options,
-        )
-
     def _next_transfer_ids(self, count: int) -> int:
+        """A fresh block of transfer ids for one staged move of `count` slices."""
         base = self._transfers
         self._transfers += 2 * count + 2
         return base

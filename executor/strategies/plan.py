@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..roles import RoleMap
 from ..shards import ShardLayout, sources_of
-from ..topology import Topology
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class SliceMove:
         return self.src_worker == self.dst_worker
 
 
-def reshard_moves(old: Topology, new: Topology, *, numel: int) -> list[SliceMove]:
+def reshard_moves(old: RoleMap, new: RoleMap, *, numel: int) -> list[SliceMove]:
     """Every overlap between old and new trainer slices, grouped by new rank, in element order."""
     old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
     new_layout = ShardLayout(numel=numel, num_ranks=new.num_trainers)

@@ -2,7 +2,7 @@
 
 What a framework without runtime resizing does to change its split: write a checkpoint to disk,
 kill every worker actor, start new ones in the same placement group, form a new world process
-group and the topology's groups, rebuild the model, and load the checkpoint back (model weights on
+group and the new split's groups, rebuild the model, and load the checkpoint back (model weights on
 every worker, trainer slices re-cut from the old slices on disk). Nothing overlaps; every phase is
 on the critical path. Only one checkpoint exists at a time: it is deleted once loaded.
 """
@@ -21,46 +21,43 @@ import ray
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
 from ..cluster import PLACEMENT_GROUP_NAME, start_workers
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy, register_strategy
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..roles import RoleMap
 from ..runtime import Runtime
-from ..topology import Topology
+from ..worker import LiveWorker
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
 
 
-def restart_live_workers(runtime: Runtime) -> list[Any]:
-    """The executor's own workers, in the run's placement group."""
+def restart_workers(runtime: Runtime, *, actor_cls: type[LiveWorker] = LiveWorker) -> list[Any]:
+    """New worker actors of `actor_cls`, in the run's placement group."""
     group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
-    return start_workers(runtime.config, group)
+    return start_workers(runtime.config, group, actor_cls=actor_cls)
 
 
-@register_strategy
 class StopAndRebuildStrategy(ResizeStrategy):
     name = StrategyName.STOP_AND_REBUILD
 
     def __init__(
         self,
         *,
-        actor_factory: ActorFactory = restart_live_workers,
+        actor_factory: ActorFactory = restart_workers,
         checkpoint_root: str | None = None,
     ) -> None:
         self.actor_factory = actor_factory
         self.checkpoint_root = Path(checkpoint_root or tempfile.gettempdir())
 
-    def resize(self, runtime: Runtime, *, target: Topology) -> list[PhaseTiming]:
-        old = runtime.topology
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
+        old = runtime.roles
         log = PhaseLog(runtime)
         version = runtime.weights_version
         folder = self.checkpoint_root / f"dynaresize-rebuild-{uuid.uuid4().hex[:12]}"
         try:
             with log.phase(PhaseName.STATE_EXPORT) as extra:
-                saved = runtime.run(
-                    old.trainer_ids,
-                    "disk_save",
-                    doing="writing the checkpoint",
-                    directory=str(folder),
-                )
+                saved = runtime.call(
+                    old.trainer_ids, LiveWorker.save_state_to_disk, directory=str(folder)
+                ).wait("writing the checkpoint")
                 extra["bytes_moved"] = int(sum(r["bytes"] for r in saved.values()))
 
             with log.phase(PhaseName.WORKER_REINIT):
@@ -68,52 +65,48 @@ class StopAndRebuildStrategy(ResizeStrategy):
                     ray.kill(actor, no_restart=True)
                 fresh = self.actor_factory(runtime)
                 runtime.workers[:] = fresh  # the cluster's list too: it shuts these down
-                runtime.topology = target
-                runtime.run(runtime.all_ids, "info", doing="restarting workers")
-                runtime.run(runtime.all_ids, "build_model", doing="rebuilding the model")
+                runtime.roles = target
+                runtime.call(runtime.all_ids, LiveWorker.info).wait("restarting workers")
+                runtime.call(runtime.all_ids, LiveWorker.build_model).wait("rebuilding the model")
 
             with log.phase(PhaseName.COMM_PREWARM):
-                infos = runtime.run([0], "info", doing="finding the rendezvous host")
+                infos = runtime.call([0], LiveWorker.info).wait("finding the rendezvous host")
                 runtime.form_world(master_addr=infos[0]["node_ip"])
-                runtime.run(
-                    runtime.all_ids, "bind_topology", doing="building groups", topology=target
+                runtime.call(runtime.all_ids, LiveWorker.bind_groups, roles=target).wait(
+                    "building groups"
                 )
 
             with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
-                loaded = runtime.run(
-                    runtime.all_ids,
-                    "disk_load_model",
-                    doing="loading model weights",
-                    directory=str(folder),
-                )
-                runtime.run(
+                loaded = runtime.call(
+                    runtime.all_ids, LiveWorker.load_model_from_disk, directory=str(folder)
+                ).wait("loading model weights")
+                runtime.call(
                     target.trainer_ids,
-                    "set_role",
-                    doing="becoming a trainer",
+                    LiveWorker.set_role,
                     role=Role.TRAIN,
                     weights_version=version,
-                )
-                runtime.run(target.trainer_ids, "bind_trainer_rank", doing="binding ranks")
-                restored = runtime.run(
+                ).wait("becoming a trainer")
+                runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding ranks")
+                restored = runtime.call(
                     target.trainer_ids,
-                    "disk_restore_weights",
-                    doing="loading trainer slices",
+                    LiveWorker.restore_weights_from_disk,
                     directory=str(folder),
                     old_num_ranks=old.num_trainers,
-                )
+                ).wait("loading trainer slices")
                 extra["bytes_moved"] = int(sum(loaded.values()) + sum(restored.values()))
 
             with log.phase(PhaseName.OPTIMIZER_RESTORE):
-                runtime.run(target.trainer_ids, "restore_optimizer", doing="restoring optimizer")
+                runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                    "restoring optimizer"
+                )
 
             with log.phase(PhaseName.ROLLOUT_REINIT):
-                runtime.run(
+                runtime.call(
                     target.rollout_ids,
-                    "set_role",
-                    doing="starting rollout replicas",
+                    LiveWorker.set_role,
                     role=Role.ROLLOUT,
                     weights_version=version,
-                )
+                ).wait("starting rollout replicas")
         finally:
             with log.phase(PhaseName.POSTPROCESS):
                 shutil.rmtree(folder, ignore_errors=True)

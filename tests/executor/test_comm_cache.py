@@ -1,5 +1,5 @@
-"""Communicator reuse: plans are consistent for any candidate set, every rank creates groups in one
-order, and after the background build a resize binds ready, working groups without creating any
+"""Communicator reuse: role maps are consistent for any candidate set, every rank creates groups in
+one order, and after the background build a resize binds ready, working groups without creating any
 (while the ablation builds them on the spot)."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from dynaresize.executor.comm_cache import (
     CommunicatorCache,
     GroupKind,
     distinct_memberships,
-    plan_topology,
+    memberships,
 )
+from dynaresize.executor.roles import RoleMap
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import Role
 
@@ -27,33 +28,35 @@ from dynaresize.traces.phases import Role
     num_workers=st.integers(min_value=2, max_value=16),
     data=st.data(),
 )
-def test_plans_partition_the_workers_and_memberships_are_deduplicated(num_workers, data) -> None:
+def test_role_maps_partition_the_workers_and_memberships_are_deduplicated(
+    num_workers, data
+) -> None:
     trains = data.draw(
         st.lists(st.integers(1, num_workers - 1), min_size=1, max_size=num_workers, unique=True)
     )
     candidates = [Allocation(train_gpus=t, rollout_gpus=num_workers - t) for t in trains]
-    plans = [plan_topology(a) for a in candidates]
-    order = distinct_memberships(plans)
+    role_maps = [RoleMap.for_allocation(a) for a in candidates]
+    order = distinct_memberships(role_maps)
     assert len(order) == len(set(order))
-    for plan in plans:
-        assert sorted(plan.trainer_ranks + plan.rollout_ranks) == list(range(num_workers))
-        assert len(plan.trainer_ranks) == plan.allocation.train_gpus
-        for rank in range(num_workers):
-            dp = plan.dp_rank(rank)
-            assert (dp is not None) == (plan.role(rank) is Role.TRAIN)
-            if dp is not None:
-                assert plan.trainer_ranks[dp] == rank
-        for members in plan.memberships.values():
+    for roles in role_maps:
+        assert sorted(roles.trainer_ids + roles.rollout_ids) == list(range(num_workers))
+        assert len(roles.trainer_ids) == roles.allocation.train_gpus
+        for worker in range(num_workers):
+            if roles.role_of(worker) is Role.TRAIN:
+                assert roles.trainer_ids[roles.trainer_rank(worker)] == worker
+            else:
+                assert worker in roles.rollout_ids
+        for members in memberships(roles).values():
             assert members in order
-        sync = plan.memberships[GroupKind.WEIGHT_SYNC]
-        assert set(plan.rollout_ranks) <= set(sync) and plan.trainer_ranks[0] in sync
-    # The order is a pure function of the set of plans: any rank computes the same one.
-    assert order == distinct_memberships(list(reversed(plans)))
+        sync = memberships(roles)[GroupKind.WEIGHT_SYNC]
+        assert set(roles.rollout_ids) <= set(sync) and roles.trainer_ids[0] in sync
+    # The order is a pure function of the set of role maps: any rank computes the same one.
+    assert order == distinct_memberships(list(reversed(role_maps)))
 
 
-def test_a_role_map_of_the_wrong_size_is_refused() -> None:
-    with pytest.raises(ValueError, match="role map"):
-        plan_topology(Allocation(train_gpus=2, rollout_gpus=2), roles_of=lambda a: [Role.TRAIN])
+def test_a_candidate_of_another_world_size_is_refused() -> None:
+    with pytest.raises(ValueError, match="does not use 4 workers"):
+        CommunicatorCache(rank=0, world_size=4, candidates=[Allocation.parse("2:1")])
 
 
 CANDIDATES = ["3:1", "2:2", "1:3"]
@@ -75,7 +78,7 @@ def _worker(rank: int, init_file: str, queue) -> None:
             assert value.item() == sum(range(WORLD)) + WORLD * step
         assert cache.wait_prewarmed(60)
         report["reuse"] = [_exercise(cache, a, rank) for a in candidates]
-        report["background"] = cache.stats.groups_built_in_background
+        report["background"] = cache.groups_built_in_background
         dist.barrier()
         ablation = CommunicatorCache(
             rank=rank, world_size=WORLD, candidates=candidates, reuse=False
@@ -89,10 +92,10 @@ def _worker(rank: int, init_file: str, queue) -> None:
 
 def _exercise(cache: CommunicatorCache, allocation: Allocation, rank: int) -> dict:
     bound = cache.bind(allocation)
-    plan = bound.plan
+    roles = bound.roles
     dp_group = bound.group(GroupKind.TRAIN_DP)
     result = {"built_on_bind": bound.built_on_bind, "dp_sum": None, "synced": None}
-    if plan.dp_rank(rank) is not None:
+    if rank in roles.trainer_ids:
         assert dp_group is not None
         value = torch.tensor([float(rank + 1)])
         dist.all_reduce(value, group=dp_group)
@@ -101,8 +104,8 @@ def _exercise(cache: CommunicatorCache, allocation: Allocation, rank: int) -> di
         assert dp_group is None
     sync_group = bound.group(GroupKind.WEIGHT_SYNC)
     if sync_group is not None:
-        weights = torch.full((4,), 7.5) if rank == plan.trainer_ranks[0] else torch.zeros(4)
-        dist.broadcast(weights, src=plan.trainer_ranks[0], group=sync_group)
+        weights = torch.full((4,), 7.5) if rank == roles.trainer_ids[0] else torch.zeros(4)
+        dist.broadcast(weights, src=roles.trainer_ids[0], group=sync_group)
         result["synced"] = bool(torch.all(weights == 7.5))
     return result
 
@@ -121,16 +124,17 @@ def test_bound_groups_are_prebuilt_and_work_on_four_ranks(tmp_path) -> None:
     for report in reports:
         assert "error" not in report, report
     candidates = [Allocation.parse(c) for c in CANDIDATES]
-    num_distinct = len(distinct_memberships([plan_topology(a) for a in candidates]))
+    num_distinct = len(distinct_memberships([RoleMap.for_allocation(a) for a in candidates]))
     for report in reports:
         rank = report["rank"]
         assert report["background"] == num_distinct
         for mode in ("reuse", "ablation"):
             for allocation, result in zip(candidates, report[mode], strict=True):
-                plan = plan_topology(allocation)
-                expected_built = 0 if mode == "reuse" else len(plan.memberships)
+                roles = RoleMap.for_allocation(allocation)
+                groups = memberships(roles)
+                expected_built = 0 if mode == "reuse" else len(groups)
                 assert result["built_on_bind"] == expected_built
-                if rank in plan.trainer_ranks:
-                    assert result["dp_sum"] == sum(r + 1 for r in plan.trainer_ranks)
-                in_sync = rank in plan.memberships[GroupKind.WEIGHT_SYNC]
+                if rank in roles.trainer_ids:
+                    assert result["dp_sum"] == sum(r + 1 for r in roles.trainer_ids)
+                in_sync = rank in groups[GroupKind.WEIGHT_SYNC]
                 assert result["synced"] is (True if in_sync else None)

@@ -8,8 +8,9 @@ import yaml
 
 from dynaresize.config import load_run_config
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
-from dynaresize.executor.config import LIVE_PIPELINE_MODES, PipelineMode
+from dynaresize.executor.config import LIVE_PIPELINE_MODES, LiveConfig, PipelineMode
 from dynaresize.executor.estimates import CandidateEstimator
+from dynaresize.executor.rl.model_spec import ModelDtype
 from dynaresize.policies.types import Allocation, CostSource, StageTimes
 from dynaresize.traces.phases import PhaseName, StrategyName
 
@@ -115,3 +116,28 @@ def test_the_model_costs_each_move_by_its_direction() -> None:
     engine_start_s = CostModels().resize.overlapped[PhaseName.ROLLOUT_REINIT].base_s
     gap = got["1:3"].predicted_resize_critical_s - got["3:1"].predicted_resize_critical_s
     assert gap == pytest.approx(engine_start_s)
+
+
+@pytest.mark.parametrize("dtype", list(ModelDtype))
+def test_bytes_per_parameter_follow_the_models_dtype(dtype) -> None:
+    """The resize cost model reads the weights' bytes per parameter from the model's dtype
+    (a float64 model used to count as 2 bytes, like bfloat16)."""
+    torch = pytest.importorskip("torch")
+    from dynaresize.executor.rl.model import TORCH_DTYPES
+
+    live = LiveConfig.model_validate({"model": {"preset": "tiny", "dtype": dtype.value}})
+    got = CandidateEstimator.for_run(
+        live, num_params=10_000, strategy=StrategyName.OVERLAPPED, costs_path=None
+    )
+    assert got.weight_bytes_per_param == torch.empty((), dtype=TORCH_DTYPES[dtype]).element_size()
+
+
+def test_a_float64_model_costs_more_to_resize_than_a_float32_one() -> None:
+    def critical_s(dtype: str) -> float:
+        live = LiveConfig.model_validate({"model": {"dtype": dtype}})
+        estimator = CandidateEstimator.for_run(
+            live, num_params=10**9, strategy=StrategyName.OVERLAPPED, costs_path=None
+        )
+        return estimator.model_critical_s
+
+    assert critical_s("float64") > critical_s("float32") > critical_s("bfloat16")

@@ -12,6 +12,7 @@ from dynaresize.executor.cluster import start
 from dynaresize.executor.config import LiveConfig, RolloutEngines
 from dynaresize.executor.driver import LiveSession
 from dynaresize.executor.shards import full_vectors
+from dynaresize.executor.worker import LiveWorker
 from dynaresize.traces.io import read_trace
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
@@ -49,9 +50,9 @@ def _run(out, engines: RolloutEngines, device: str):
         rt = session.runtime
         built = {
             w: info["rollout_engines_built"]
-            for w, info in rt.run(rt.all_ids, "info", doing="test").items()
+            for w, info in rt.call(rt.all_ids, LiveWorker.info).wait("test").items()
         }
-        shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="test export")
+        shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
         state = full_vectors(list(shards.values()))
     finally:
         session.close()

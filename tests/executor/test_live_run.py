@@ -22,8 +22,9 @@ from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import LiveSession, run_live
 from dynaresize.executor.lineage import LineageError, check_lineage
 from dynaresize.executor.records import LINEAGE_JSONL
+from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.shards import full_vectors
-from dynaresize.executor.topology import Topology
+from dynaresize.executor.worker import LiveWorker
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
@@ -63,7 +64,8 @@ def live_config(**overrides) -> LiveConfig:
 
 
 def tiny_numel() -> int:
-    from dynaresize.executor.rl.model import ModelSpec, build_model
+    from dynaresize.executor.rl.model import build_model
+    from dynaresize.executor.rl.model_spec import ModelSpec
 
     return sum(p.numel() for p in build_model(ModelSpec(preset="tiny")).parameters())
 
@@ -171,7 +173,7 @@ def replayed_session(resized_run, tmp_path_factory):
 
 def _trainer_state(session: LiveSession) -> dict[str, torch.Tensor]:
     rt = session.runtime
-    shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="test export")
+    shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
     steps = {s.optimizer_step for s in shards.values()}
     assert len(steps) == 1
     return full_vectors(list(shards.values())) | {"step": torch.tensor(steps.pop())}
@@ -188,7 +190,8 @@ def test_the_same_batches_without_resizes_reach_the_same_parameters(resized_run,
         # Different data-parallel splits only reorder floating-point sums (docs/live-executor.md)
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=key)
     # the parameters did move: the comparison is not between two untouched initialisations
-    from dynaresize.executor.rl.model import ModelSpec, build_model
+    from dynaresize.executor.rl.model import build_model
+    from dynaresize.executor.rl.model_spec import ModelSpec
 
     initial = torch.cat([p.detach().reshape(-1) for p in build_model(ModelSpec()).parameters()])
     assert (static["master"] - initial).abs().max() > 1e-3
@@ -200,9 +203,9 @@ def test_trainer_state_survives_new_rank_counts_and_back_bit_for_bit(replayed_se
     before = _trainer_state(session)
     assert before["exp_avg_sq"].abs().sum() > 0  # real optimizer state, not zeros
     for label in ("3:1", "1:3", "2:2"):
-        session.strategy.resize(rt, target=Topology.for_allocation(Allocation.parse(label)))
-        assert rt.topology.allocation.label == label
-        weights = rt.run(rt.all_ids, "flat_weights", doing="test weights")
+        session.strategy.resize(rt, target=RoleMap.for_allocation(Allocation.parse(label)))
+        assert rt.roles.allocation.label == label
+        weights = rt.call(rt.all_ids, LiveWorker.flat_weights).wait("test weights")
         master = _trainer_state(session)["master"]
         for worker_id, flat in weights.items():  # trainers and replicas hold the master, bitwise
             assert torch.equal(flat, master), worker_id

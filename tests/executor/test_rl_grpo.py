@@ -9,7 +9,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dynaresize.executor.rl.grpo import (  # noqa: E402
-    GRPOConfig,
     TrainBatch,
     clipped_policy_loss_terms,
     compute_loss,
@@ -17,7 +16,9 @@ from dynaresize.executor.rl.grpo import (  # noqa: E402
     kl_k3,
     token_logprobs,
 )
-from dynaresize.executor.rl.model import ModelSpec, build_model  # noqa: E402
+from dynaresize.executor.rl.model import build_model  # noqa: E402
+from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
+from dynaresize.executor.rl.settings import ObjectiveSettings  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -95,8 +96,8 @@ def grads(model) -> torch.Tensor:
 
 def test_loss_matches_hand_formula(model):
     batch = make_batch(model)
-    config = GRPOConfig(kl_coef=0.1, clip_eps_low=0.02, clip_eps_high=0.02)
-    out = compute_loss(model, batch, config)
+    objective = ObjectiveSettings(clip_eps_low=0.02, clip_eps_high=0.02)
+    out = compute_loss(model, batch, objective, kl_coef=0.1)
     with torch.no_grad():
         logp = token_logprobs(model, batch)
         ratio = torch.exp(logp - batch.old_logprobs)
@@ -113,14 +114,14 @@ def test_loss_matches_hand_formula(model):
 
 def test_micro_batches_sum_to_the_full_batch_gradient(model):
     batch = make_batch(model)
-    config = GRPOConfig()
+    objective = ObjectiveSettings()
     model.zero_grad()
-    compute_loss(model, batch, config).loss.backward()
+    compute_loss(model, batch, objective).loss.backward()
     full = grads(model).clone()
     model.zero_grad()
     total = batch.num_response_tokens
     for rows in (slice(0, 2), slice(2, 3), slice(3, 6)):
-        compute_loss(model, batch.select(rows), config, num_tokens_total=total).loss.backward()
+        compute_loss(model, batch.select(rows), objective, num_tokens_total=total).loss.backward()
     assert torch.allclose(grads(model), full, atol=1e-6, rtol=1e-4)
     model.zero_grad()
 
@@ -129,8 +130,8 @@ def test_missing_inputs_are_named(model):
     batch = make_batch(model)
     batch.old_logprobs = None
     with pytest.raises(ValueError, match="old_logprobs"):
-        compute_loss(model, batch, GRPOConfig())
+        compute_loss(model, batch, ObjectiveSettings())
     batch = make_batch(model)
     batch.ref_logprobs = None
     with pytest.raises(ValueError, match="ref_logprobs"):
-        compute_loss(model, batch, GRPOConfig(kl_coef=0.1))
+        compute_loss(model, batch, ObjectiveSettings(), kl_coef=0.1)

@@ -11,12 +11,13 @@ from pydantic import ValidationError  # noqa: E402
 from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams  # noqa: E402
 from dynaresize.executor.rl.hf_engine import HFGenerateEngine  # noqa: E402
 from dynaresize.executor.rl.model import (  # noqa: E402
-    ModelSpec,
     build_model,
     count_parameters,
     flatten_parameters,
+    hf_config,
     load_flat_parameters,
 )
+from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
 from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 
@@ -30,13 +31,13 @@ def test_same_spec_same_weights_and_task_vocabulary():
 
 
 def test_gpu_presets_have_the_public_shapes():
-    config = ModelSpec(preset="qwen2-0.5b", vocab_size=151_936).hf_config()
+    config = hf_config(ModelSpec(preset="qwen2-0.5b", vocab_size=151_936))
     assert (config.hidden_size, config.num_hidden_layers, config.num_key_value_heads) == (
         896,
         24,
         2,
     )
-    assert ModelSpec(preset="qwen2-1.5b").hf_config().hidden_size == 1536
+    assert hf_config(ModelSpec(preset="qwen2-1.5b")).hidden_size == 1536
 
 
 def test_config_dict_of_another_architecture():
@@ -77,7 +78,7 @@ def test_bad_specs_name_the_field(tmp_path):
     with pytest.raises(ValidationError, match="model_type"):
         ModelSpec(config={"hidden_size": 8})
     with pytest.raises(ValueError, match=r"model\.config"):
-        ModelSpec(config={"model_type": "no-such-architecture"}).hf_config()
+        hf_config(ModelSpec(config={"model_type": "no-such-architecture"}))
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         build_model(ModelSpec(path=tmp_path))
 

@@ -18,11 +18,8 @@ from dynaresize.executor.rl.engine import (  # noqa: E402
     RolloutEngine,
     SamplingParams,
 )
-from dynaresize.executor.rl.model import (  # noqa: E402
-    ModelSpec,
-    build_model,
-    flatten_parameters,
-)
+from dynaresize.executor.rl.model import build_model, flatten_parameters  # noqa: E402
+from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
 from dynaresize.executor.rl.sampler import (  # noqa: E402
     KVCacheSampler,
     SamplerConfig,

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.shards import ShardLayout
 from dynaresize.executor.strategies.measure import resize_costs
 from dynaresize.executor.strategies.plan import reshard_moves
-from dynaresize.executor.topology import Topology
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName
 
@@ -28,8 +28,8 @@ from dynaresize.traces.phases import PhaseName
 def test_reshard_moves_cover_every_new_slice_once(numel: int, num_workers: int, data) -> None:
     old_t = data.draw(st.integers(1, num_workers - 1))
     new_t = data.draw(st.integers(1, num_workers - 1))
-    old = Topology.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
-    new = Topology.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
+    old = RoleMap.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
+    new = RoleMap.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
     moves = reshard_moves(old, new, numel=numel)
     old_layout = ShardLayout(numel=numel, num_ranks=old_t)
     new_layout = ShardLayout(numel=numel, num_ranks=new_t)
@@ -79,6 +79,8 @@ def test_resize_cost_is_the_gap_and_the_first_step_slowdown() -> None:
 
 ray = pytest.importorskip("ray")
 
+from dynaresize.executor.worker import LiveWorker  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def live_config():
@@ -117,11 +119,13 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
         "exp_avg": torch.randn(numel, generator=gen),
         "exp_avg_sq": torch.rand(numel, generator=gen),
     }
-    topo = rt.topology
-    layout = ShardLayout(numel=numel, num_ranks=topo.num_trainers)
+    roles = rt.roles
+    layout = ShardLayout(numel=numel, num_ranks=roles.num_trainers)
     shards = shards_from_full(vectors, layout, optimizer_step=optimizer_step)
-    calls = {w: ((shards[topo.trainer_rank(w)],), {}) for w in topo.trainer_ids}
-    rt.gather(rt.call_each(calls, "load_shard"), doing="loading state")
+    rt.call_each(
+        rt.call([w], LiveWorker.load_shard, shards[roles.trainer_rank(w)])
+        for w in roles.trainer_ids
+    ).wait("loading state")
     rt.weights_version = optimizer_step
     return vectors
 
@@ -129,20 +133,20 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
 def _current_vectors(rt) -> dict[str, torch.Tensor]:
     from dynaresize.executor.shards import full_vectors
 
-    shards = rt.run(rt.topology.trainer_ids, "export_shard", doing="exporting")
+    shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("exporting")
     return full_vectors(list(shards.values()))
 
 
 def _round_trip(rt, strategy, *, optimizer_step: int) -> list:
-    numel = rt.run([0], "trainer_numel", doing="sizing")[0]
+    numel = rt.call([0], LiveWorker.trainer_numel).wait("sizing")[0]
     before = _load_random_state(rt, numel, optimizer_step=optimizer_step)
-    start, other = rt.topology, Topology.for_allocation(Allocation.parse("1:2"))
+    start, other = rt.roles, RoleMap.for_allocation(Allocation.parse("1:2"))
     phases = []
     for target in (other, start):
         phases += strategy.resize(rt, target=target)
         strategy.after_step(rt)
         phases += strategy.pop_background_phases()
-        assert rt.topology == target
+        assert rt.roles == target
     after = _current_vectors(rt)
     for key, value in before.items():
         assert torch.equal(after[key], value), key
@@ -160,10 +164,11 @@ MECHANISMS = [
 
 @pytest.mark.live
 def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runtime) -> None:
-    from dynaresize.executor.strategies.overlapped import Mechanisms, OverlappedStrategy
+    from dynaresize.executor.config import OverlappedMechanisms
+    from dynaresize.executor.strategies.overlapped import OverlappedStrategy
 
     for index, switches in enumerate(MECHANISMS):
-        mechanisms = Mechanisms(**switches)
+        mechanisms = OverlappedMechanisms(**switches)
         strategy = OverlappedStrategy(mechanisms)
         phases = _round_trip(runtime, strategy, optimizer_step=3 + index)
         names = {p.phase for p in phases}
@@ -182,15 +187,18 @@ def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runti
 
 @pytest.mark.live
 def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> None:
-    from dynaresize.executor.strategies.harness import restart_fast_workers
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
 
-    numel = runtime.run([0], "trainer_numel", doing="sizing")[0]
+    numel = runtime.call([0], LiveWorker.trainer_numel).wait("sizing")[0]
     before = _load_random_state(runtime, numel, optimizer_step=9)
-    old_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
-    strategy = StopAndRebuildStrategy(actor_factory=restart_fast_workers)
-    phases = strategy.resize(runtime, target=Topology.for_allocation(Allocation.parse("1:2")))
-    new_pids = {i["pid"] for i in runtime.run(runtime.all_ids, "info", doing="pids").values()}
+    old_pids = {
+        i["pid"] for i in runtime.call(runtime.all_ids, LiveWorker.info).wait("pids").values()
+    }
+    strategy = StopAndRebuildStrategy()
+    phases = strategy.resize(runtime, target=RoleMap.for_allocation(Allocation.parse("1:2")))
+    new_pids = {
+        i["pid"] for i in runtime.call(runtime.all_ids, LiveWorker.info).wait("pids").values()
+    }
     assert not old_pids & new_pids
     assert all(p.critical for p in phases)
     assert next(p.phase for p in phases) is PhaseName.STATE_EXPORT
@@ -212,8 +220,8 @@ def test_the_twin_recut_share_is_what_the_executor_moves(numel, num_workers, dat
 
     old_t = data.draw(st.integers(1, num_workers - 1))
     new_t = data.draw(st.integers(1, num_workers - 1))
-    old = Topology.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
-    new = Topology.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
+    old = RoleMap.for_allocation(Allocation(train_gpus=old_t, rollout_gpus=num_workers - old_t))
+    new = RoleMap.for_allocation(Allocation(train_gpus=new_t, rollout_gpus=num_workers - new_t))
     crossing = sum(m.numel for m in reshard_moves(old, new, numel=numel) if not m.local)
     assert crossing / numel == pytest.approx(
         changed_owner_fraction(old_t, new_t), abs=2 * num_workers / numel

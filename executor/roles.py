@@ -1,8 +1,8 @@
-"""Which worker holds which role, and the rank maps and groups that follow from it.
+"""Which worker holds which role for one allocation, and the rank maps and groups that follow.
 
-A topology is a pure function of the allocation: trainers are the lowest worker ids, rollout
+A role map is a pure function of the allocation: trainers are the lowest worker ids, rollout
 replicas the rest. So moving from 2:2 to 3:1 turns worker 2 into a trainer and moving back turns
-it into a replica again; the same allocation always gives the same groups, which is what lets a
+it into a replica again; the same allocation always gives the same groups, which is what lets the
 communicator cache key its groups by allocation.
 """
 
@@ -15,14 +15,14 @@ from dynaresize.traces.phases import Role
 
 
 @dataclass(frozen=True)
-class Topology:
-    """Roles of `num_workers` workers for one allocation."""
+class RoleMap:
+    """The role of every worker under one allocation: trainers first, then rollout replicas."""
 
     trainer_ids: tuple[int, ...]
     rollout_ids: tuple[int, ...]
 
     @classmethod
-    def for_allocation(cls, allocation: Allocation) -> Topology:
+    def for_allocation(cls, allocation: Allocation) -> RoleMap:
         trainers = tuple(range(allocation.train_gpus))
         rollouts = tuple(range(allocation.train_gpus, allocation.total_gpus))
         return cls(trainer_ids=trainers, rollout_ids=rollouts)
@@ -51,10 +51,9 @@ class Topology:
         return [self.role_of(w) for w in range(self.num_workers)]
 
     def trainer_rank(self, worker_id: int) -> int:
+        """Data-parallel rank of a trainer (its place among the trainers)."""
         return self.trainer_ids.index(worker_id)
 
-    def arriving_trainers(self, old: Topology) -> tuple[int, ...]:
+    def arriving_trainers(self, old: RoleMap) -> tuple[int, ...]:
+        """Workers that train here but did not under `old`."""
         return tuple(w for w in self.trainer_ids if w not in old.trainer_ids)
-
-    def leaving_trainers(self, old: Topology) -> tuple[int, ...]:
-        return tuple(w for w in old.trainer_ids if w not in self.trainer_ids)

@@ -1,0 +1,188 @@
+"""What the driver records of a step, a decision and a resize, built from what the workers reported.
+
+Pure functions of the step's batch, the trainers' reports and the clock readings: the trace
+records (`traces.schema`), the lineage records the lineage check reads (`records.LineageRecord`)
+and the stage times the policy's observation carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from dynaresize.policies.types import (
+    Allocation,
+    CandidatePrediction,
+    Decision,
+    StageTimes,
+    StepObservation,
+)
+from dynaresize.traces.phases import PipelineMode, StrategyName
+from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, SampleRecord, StepRecord
+
+from .batch import RolloutBatch
+from .records import LineageRecord
+from .resize import PhaseTiming
+from .roles import RoleMap
+from .trainer import TrainReport
+
+
+@dataclass(frozen=True)
+class StepClock:
+    """When a step ran on the run's clock, and how long its weight sync took."""
+
+    start_s: float
+    end_s: float
+    sync_s: float
+
+    @property
+    def step_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+def step_record(
+    *,
+    step: int,
+    batch: RolloutBatch,
+    reports: Mapping[int, TrainReport],
+    roles: RoleMap,
+    clock: StepClock,
+    pipeline: PipelineMode,
+    concurrent: RolloutBatch | None,
+    resize_id: int | None,
+) -> StepRecord:
+    """The step's trace record. `concurrent` is the batch generated while this step trained
+    (one_step_off); `resize_id` the resize at the boundary before the step, if any."""
+    alloc = roles.allocation
+    train_s = max(r.train_s for r in reports.values())
+    busy_rollout = concurrent.rollout_s if concurrent else 0.0
+    if pipeline is PipelineMode.SYNC:
+        busy_rollout = batch.rollout_s
+    lengths = batch.response_lengths()
+    step_s, sync_s = clock.step_s, clock.sync_s
+    return StepRecord(
+        step=step,
+        start_s=clock.start_s,
+        end_s=clock.end_s,
+        rollout_s=batch.rollout_s,
+        train_s=train_s,
+        sync_s=sync_s,
+        step_s=step_s,
+        idle_train_gpu_s=max(0.0, step_s - train_s - sync_s) * alloc.train_gpus,
+        idle_rollout_gpu_s=max(0.0, step_s - busy_rollout - sync_s) * alloc.rollout_gpus,
+        train_gpus=alloc.train_gpus,
+        rollout_gpus=alloc.rollout_gpus,
+        device_roles=roles.device_roles(),
+        resize_id=resize_id,
+        rollout_batch_id=batch.batch_id,
+        rollout_weights_version=batch.weights_version,
+        num_samples=len(batch.samples),
+        tokens=batch.num_tokens(),
+        response_len_mean=float(lengths.mean()),
+        response_len_p50=float(np.percentile(lengths, 50)),
+        response_len_p99=float(np.percentile(lengths, 99)),
+        response_len_max=float(lengths.max()),
+    )
+
+
+def sample_records(step: int, batch: RolloutBatch) -> list[SampleRecord]:
+    return [
+        SampleRecord(
+            step=step,
+            sample_index=i,
+            prompt_tokens=len(s.prompt_token_ids),
+            response_tokens=len(s.response_token_ids),
+            device=s.generated_by_device,
+            finish_s=None,
+        )
+        for i, s in enumerate(batch.samples)
+    ]
+
+
+def lineage_records(
+    step: int, batch: RolloutBatch, reports: Mapping[int, TrainReport]
+) -> Iterator[LineageRecord]:
+    """One record per sample a trainer reports having consumed (what it did, not the plan)."""
+    by_key = {s.key: s for s in batch.samples}
+    for report in reports.values():
+        for key in report.consumed:
+            sample = by_key[key]
+            yield LineageRecord(
+                step=step,
+                rollout_batch_id=batch.batch_id,
+                prompt_id=key[0],
+                sample_index=key[1],
+                generated_weights_version=sample.weights_version,
+                generated_by_device=sample.generated_by_device,
+                consumed_by_device=report.worker_id,
+                trainer_weights_version=report.weights_version,
+                response_tokens=len(sample.response_token_ids),
+            )
+
+
+def stage_times(record: StepRecord, allocation: Allocation) -> StageTimes:
+    """The step as the policy's observation carries it."""
+    return StageTimes(
+        step=record.step,
+        allocation=allocation,
+        rollout_s=record.rollout_s,
+        train_s=record.train_s,
+        sync_s=record.sync_s,
+        step_s=record.step_s,
+    )
+
+
+def decision_record(
+    obs: StepObservation,
+    decision: Decision,
+    *,
+    policy: str,
+    cost_source: str,
+    resize_id: int | None,
+) -> DecisionRecord:
+    chosen: CandidatePrediction | None = None
+    if decision.is_resize and decision.target is not None:
+        chosen = obs.candidate(decision.target)
+    return DecisionRecord(
+        step=obs.step,
+        time_s=obs.now_s,
+        policy=policy,
+        decision=decision.kind.value,
+        from_allocation=obs.allocation.label,
+        to_allocation=decision.target.label if decision.target else None,
+        reason=decision.reason,
+        cost_source=cost_source,
+        predicted_resize_critical_s=chosen.predicted_resize_critical_s if chosen else None,
+        resize_id=resize_id,
+    )
+
+
+@dataclass(frozen=True)
+class ResizeLabel:
+    """Which resize a phase belongs to: its id, the step before it, the splits it moved between."""
+
+    resize_id: int
+    step: int
+    strategy: StrategyName
+    from_allocation: str
+    to_allocation: str
+
+
+def phase_records(label: ResizeLabel, phases: Iterable[PhaseTiming]) -> list[ResizePhaseRecord]:
+    return [
+        ResizePhaseRecord(
+            resize_id=label.resize_id,
+            step=label.step,
+            phase=p.phase,
+            strategy=label.strategy,
+            from_allocation=label.from_allocation,
+            to_allocation=label.to_allocation,
+            start_s=p.start_s,
+            end_s=p.end_s,
+            critical=p.critical,
+            bytes_moved=p.bytes_moved,
+        )
+        for p in phases
+    ]

@@ -1,0 +1,137 @@
+"""`host_sync`: the simple, correct strategy, and the steps the overlapped one shares with it.
+
+Every phase on the critical path, state through host memory (the Ray object store), roles
+switched in-process on the same actors:
+1. state_export      every old trainer copies its ZeRO-1 slice (fp32 master, AdamW moments) to host;
+2. worker_reinit     workers that become trainers switch role (the model object is kept);
+3. rollout_reinit    workers that become rollout replicas build their engine (KV cache);
+4. comm_prewarm      the trainer group and the weight-sync group of the new split are built
+                     and warmed with a small collective (on every worker: world collective);
+5. weight_restore    each new trainer re-cuts its master slice from the old slices and the model
+                     is all-gathered from the slices;
+6. optimizer_restore each new trainer loads the AdamW moments of its slice;
+7. weight_sync       the first trainer broadcasts the weights to the new set of replicas;
+8. postprocess       the driver's rank maps and references are updated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ray import ObjectRef
+
+from dynaresize.traces.phases import PhaseName, Role, StrategyName
+
+from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..roles import RoleMap
+from ..runtime import Runtime
+from ..shards import ShardLayout, ShardState, sources_of
+from ..worker import LiveWorker
+
+
+def export_shards_to_host(
+    runtime: Runtime, old: RoleMap
+) -> tuple[dict[int, ObjectRef[ShardState]], int]:
+    """Every old trainer puts a host copy of its ZeRO-1 slice in the object store.
+
+    Returns the references by old trainer rank and the bytes copied.
+    """
+    exported = runtime.call(old.trainer_ids, LiveWorker.stash_shard).wait("exporting state")
+    shard_refs = {old.trainer_rank(w): ref_list[0] for w, (ref_list, _) in exported.items()}
+    return shard_refs, sum(nbytes for _, nbytes in exported.values())
+
+
+def switch_roles_and_bind(
+    runtime: Runtime,
+    log: PhaseLog,
+    *,
+    target: RoleMap,
+    bind: Callable[..., object],
+    bind_doing: str,
+) -> None:
+    """The role switch shared by the in-process strategies, as three timed phases.
+
+    Arriving trainers and new rollout replicas switch role on the same actors, then every worker
+    binds the target split's groups through the worker method `bind` (built now, or cached and
+    prewarmed)
+    and the trainers take their new ranks; `runtime.roles` becomes `target`.
+    """
+    old = runtime.roles
+    version = runtime.weights_version
+    new_trainers = target.arriving_trainers(old)
+    new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
+    with log.phase(PhaseName.WORKER_REINIT):
+        runtime.call(
+            new_trainers, LiveWorker.set_role, role=Role.TRAIN, weights_version=version
+        ).wait("becoming a trainer")
+    with log.phase(PhaseName.ROLLOUT_REINIT):
+        runtime.call(
+            new_replicas, LiveWorker.set_role, role=Role.ROLLOUT, weights_version=version
+        ).wait("becoming a rollout replica")
+    with log.phase(PhaseName.COMM_PREWARM):
+        runtime.call(runtime.all_ids, bind, roles=target).wait(bind_doing)
+        runtime.roles = target
+        runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")
+
+
+def restore_weights_from_host(
+    runtime: Runtime,
+    *,
+    old: RoleMap,
+    target: RoleMap,
+    numel: int,
+    shard_refs: dict[int, ObjectRef[ShardState]],
+) -> int:
+    """Each new trainer re-cuts its master slice from the exported old slices; bytes fetched."""
+    old_layout = ShardLayout(numel=numel, num_ranks=old.num_trainers)
+    new_layout = ShardLayout(numel=numel, num_ranks=target.num_trainers)
+    calls = runtime.call_each(
+        runtime.call(
+            [w],
+            LiveWorker.restore_weights,
+            old_shard_refs=[
+                shard_refs[r] for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
+            ],
+        )
+        for w in target.trainer_ids
+    )
+    restored = calls.wait("restoring weights")
+    return sum(restored.values())
+
+
+class HostSyncStrategy(ResizeStrategy):
+    name = StrategyName.HOST_SYNC
+
+    def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
+        old = runtime.roles
+        log = PhaseLog(runtime)
+        version = runtime.weights_version
+
+        with log.phase(PhaseName.STATE_EXPORT) as extra:
+            shard_refs, extra["bytes_moved"] = export_shards_to_host(runtime, old)
+        switch_roles_and_bind(
+            runtime, log, target=target, bind=LiveWorker.bind_groups, bind_doing="building groups"
+        )
+
+        first = target.trainer_ids[0]
+        numel = runtime.call([first], LiveWorker.trainer_numel).wait("sizing")[first]
+        with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
+            extra["bytes_moved"] = restore_weights_from_host(
+                runtime, old=old, target=target, numel=numel, shard_refs=shard_refs
+            )
+            runtime.call(target.trainer_ids, LiveWorker.refresh_model_from_master).wait(
+                "gathering weights"
+            )
+        with log.phase(PhaseName.OPTIMIZER_RESTORE):
+            runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
+                "restoring optimizer"
+            )
+        with log.phase(PhaseName.WEIGHT_SYNC) as extra:
+            sizes = runtime.call(
+                target.sync_ids, LiveWorker.sync_weights, weights_version=version
+            ).wait("syncing weights")
+            extra["bytes_moved"] = int(sizes[target.trainer_ids[0]]["bytes"])
+        with log.phase(PhaseName.POSTPROCESS):
+            del shard_refs
+            runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait("releasing exported state")
+        return log.phases
