@@ -9,13 +9,17 @@ say what was assumed.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dynaresize.config_io import ConfigError
+
 from ..policies.types import Allocation
 from ..traces.io import Trace
+from ..traces.phases import PipelineMode
 from ..traces.workload import Workload
-from .config import ClusterConfig, ConfigError, PipelineMode, ScenarioConfig, load_config
+from .config import ClusterConfig, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
 from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS, CostFit, fit_costs
@@ -108,31 +112,18 @@ def trace_model_inputs(
     return TraceModelInputs(workload=workload, inferred=inferred, costs=fit.costs, fit=fit)
 
 
-def load_scenario(config: str | Path) -> ScenarioConfig:
-    """A run config (built-in name or YAML path), as `dynaresize run` reads it.
-
-    The run config (`dynaresize.config`) is a scenario plus run-only settings; it is imported
-    lazily so the twin itself does not depend on the command-line package.
-    """
-    try:
-        from dynaresize.config import load_run_config
-    except ImportError:  # the twin used as a library without the CLI package
-        return load_config(Path(config))
-    return load_run_config(str(config))
-
-
 def context_from_config(
-    config: str | Path | ScenarioConfig | None,
+    config: ScenarioConfig | str | os.PathLike[str] | None,
     traces: list[Trace],
     *,
-    costs_path: str | Path | None = None,
+    costs_path: str | os.PathLike[str] | None = None,
 ) -> AnalysisContext:
-    """The context from `--config` (a name, a path or a loaded scenario) when given, else from
-    the traces' metadata and defaults."""
+    """The context of `config` (a scenario, or the path of a scenario YAML file) when given,
+    else one built from the traces' metadata and defaults. `costs_path` overrides its costs."""
     if isinstance(config, ScenarioConfig):
         context = AnalysisContext(config, from_config=True)
     elif config is not None:
-        context = AnalysisContext(load_scenario(config), from_config=True)
+        context = AnalysisContext(load_config(config), from_config=True)
     else:
         context = _context_from_traces(traces)
     if costs_path is not None:

@@ -393,8 +393,9 @@ def breakeven_for_trace(
     Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
     user). Returns the report and the `CostFit` (None when not fitted).
     """
+    from dynaresize.config_io import ConfigError
+
     from .analysis_context import trace_model_inputs
-    from .config import ConfigError
     from .costs.resize import plan_resizes
     from .step_costs import compute_step_costs, steady_step_s_without_warmup
 

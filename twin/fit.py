@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
+from dynaresize.config_io import ConfigError
+
 from ..policies.types import CostSource
 from ..traces.io import Trace
 from ..traces.schema import PipelineMode, RunMeta
 from ..traces.workload import Workload
-from .config import ConfigError
 from .costs import CostModels
 from .costs.memory import ModelConfig
 from .costs.rollout import RolloutCostParams, contention_factor, replica_seconds

@@ -35,9 +35,9 @@ from dynaresize.policies.types import (
     StageTimes,
     StepObservation,
 )
-from dynaresize.traces.phases import PhaseName, Role, StrategyName
+from dynaresize.traces.phases import PhaseName, PipelineMode, Role, StrategyName
 
-from .config import InFlightHandling, PipelineConfig, PipelineMode
+from .config import InFlightHandling, PipelineConfig
 from .costs.resize import ResizePlan, ResizePlans
 from .step_costs import StepCosts
 

@@ -24,13 +24,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dynaresize.config_io import ConfigError
+
 from ..policies.registry import parse_policy_config, parse_policy_spec
 from ..policies.types import Allocation
 from ..traces.io import Trace
 from ..traces.phases import PipelineMode
 from ..traces.staged_dir import staged_dir
 from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
-from .config import ConfigError
+from .config import ScenarioConfig
 from .costs.rollout import rollout_stage_s_many
 from .costs.sync import weight_sync_s
 from .costs.train import train_stage_s
@@ -348,15 +350,17 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
 
 def run_replay(
     *,
-    trace: str | os.PathLike,
-    config: str | os.PathLike | None = None,
+    trace: str | os.PathLike[str],
+    config: ScenarioConfig | str | os.PathLike[str] | None = None,
     policies: Sequence[object] | None = None,
-    costs: str | os.PathLike | None = None,
-    out_dir: str | os.PathLike | None = None,
+    costs: str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
+    `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
+    built from the trace's metadata and stated assumptions (twin.analysis_context).
     `policies` are policy configs, mappings or CLI specs (`KIND[:key=value,...]`); None takes
     the config's policies (or hysteresis). `costs` replaces fitting with the given parameters.
     """

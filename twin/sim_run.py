@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import write_chrome_trace
@@ -26,7 +27,7 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
-from .config import ConfigError, ScenarioConfig
+from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context
 from .simulate import SimContext, SimResult, build_context, simulate
 

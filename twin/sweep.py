@@ -38,7 +38,9 @@ import pandas as pd
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from .config import ConfigError, ScenarioConfig, format_validation_error
+from dynaresize.config_io import ConfigError, format_validation_error
+
+from .config import ScenarioConfig, load_config
 from .optimal import Regret
 from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
 from .sweep_space import (
@@ -379,13 +381,13 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def _load_config(config: ScenarioConfig | str | os.PathLike) -> ScenarioConfig:
-    """A scenario from a built-in name or YAML path; run-only settings (a `dynaresize run`
-    config's live and output sections) are dropped, as a twin run has no use for them."""
+def _load_config(config: ScenarioConfig | str | os.PathLike[str]) -> ScenarioConfig:
+    """The scenario to sweep: as given, or read from a scenario YAML file. A config that
+    carries run-only settings besides (a `dynaresize run` config's live and output sections)
+    is narrowed to the scenario: a twin run has no use for them, and every task re-reads its
+    scenario as a plain `ScenarioConfig`."""
     if not isinstance(config, ScenarioConfig):
-        from .analysis_context import load_scenario
-
-        config = load_scenario(str(config))
+        config = load_config(config)
     if type(config) is ScenarioConfig:
         return config
     fields = set(ScenarioConfig.model_fields)

@@ -30,12 +30,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dynaresize.config_io import ConfigError
+
 from ..policies.types import Allocation, CostSource
 from ..traces.io import Trace
-from ..traces.phases import StrategyName
+from ..traces.phases import PipelineMode, StrategyName
 from ..traces.staged_dir import staged_dir
 from .analysis_context import AnalysisContext, context_from_config
-from .config import ConfigError, PipelineMode
+from .config import ScenarioConfig
 from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
 from .simulate import SimResult, build_context, simulate
 from .trace_source import open_trace, trace_notes
@@ -479,13 +481,17 @@ def write_validation_outputs(report: ValidationReport, out_dir: Path, *, title: 
 
 def run_validation(
     *,
-    trace: str | os.PathLike,
-    costs: str | os.PathLike,
-    config: str | os.PathLike | None = None,
-    out_dir: str | os.PathLike | None = None,
+    trace: str | os.PathLike[str],
+    costs: str | os.PathLike[str],
+    config: ScenarioConfig | str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
 ) -> ValidationReport:
-    """The `dynaresize validate` entry point: read, replay, compare, and write `out_dir`."""
+    """The `dynaresize validate` entry point: read, replay, compare, and write `out_dir`.
+
+    `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
+    built from the trace's metadata and stated assumptions (twin.analysis_context).
+    """
     if not Path(costs).is_file():
         raise FileNotFoundError(2, "no such cost file", str(costs))
     loaded = open_trace(trace, lenient=lenient)

@@ -37,6 +37,7 @@ def calibrate(
         help="Refuse (exit 2) unless the traces determine every resize-phase parameter.",
     ),
 ) -> None:
+    from dynaresize.config import load_run_config
     from dynaresize.twin.analysis_context import context_from_config
     from dynaresize.twin.calibrate import calibrate as fit_traces
     from dynaresize.twin.fit import FitError, fitted_overrides
@@ -44,7 +45,8 @@ def calibrate(
 
     with user_errors():
         traces = [open_trace(path, lenient=lenient) for path in trace]
-        context = context_from_config(config, traces)
+        scenario = load_run_config(config) if config is not None else None
+        context = context_from_config(scenario, traces)
         try:
             fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
         except FitError as err:

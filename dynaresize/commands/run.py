@@ -127,6 +127,7 @@ def _run_replay(config, policy, costs, out, trace) -> None:
     except ImportError:
         _not_available(Mode.REPLAY)
     from dynaresize.commands.table import print_table
+    from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
 
     with user_errors(str(trace) if trace else None):
@@ -134,7 +135,7 @@ def _run_replay(config, policy, costs, out, trace) -> None:
             raise ConfigError("--mode replay needs --trace FILE (a recorded trace or a log)")
         result = run_replay(
             trace=trace,
-            config=config,
+            config=load_run_config(config) if config is not None else None,
             policies=policy or None,
             costs=costs,
             out_dir=out,

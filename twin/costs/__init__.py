@@ -7,7 +7,7 @@ reads a YAML file that overrides any subset of them (`--costs costs.yaml`).
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -64,12 +64,12 @@ class CostModels(BaseModel):
         return CostModels.model_validate(merged)
 
 
-def load_costs(path: str | Path, base: CostModels | None = None) -> CostModels:
+def load_costs(path: str | os.PathLike[str], base: CostModels | None = None) -> CostModels:
     """Cost parameters from a YAML file overriding any subset of `base` (defaults if None).
 
     A file that does not say otherwise is taken as calibrated: that is what such files are for.
     """
-    overrides = load_yaml_mapping(path)
+    overrides = load_yaml_mapping(os.fspath(path))
     overrides.setdefault("cost_source", CostSource.CALIBRATED.value)
     try:
         return (base or CostModels()).with_overrides(overrides)
