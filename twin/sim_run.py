@@ -190,10 +190,8 @@ def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool
 
 
 def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
-    try:
-        from .plots import plot_timeline
-    except ImportError:  # plots are optional for a run; tables are what matter
-        return
+    from .plots import plot_timeline  # here, not at the top: matplotlib is slow to import
+
     fig = plot_timeline(result.steps, result.resizes, title=title)
     fig.savefig(path, dpi=100)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dynaresize.commands.guard import INPUT_ERROR_EXIT_CODE, user_errors
+from dynaresize.commands.guard import user_errors
 
 
 class Mode(str, Enum):
@@ -61,11 +61,6 @@ def run(
         _run_replay(config, policy, costs, out, trace)
     else:
         _run_live(config, policy, costs, out, steps, seed, address, resume)
-
-
-def _not_available(mode: Mode) -> None:
-    print(f"error: mode {mode.value} is not available in this build", file=sys.stderr)
-    raise typer.Exit(INPUT_ERROR_EXIT_CODE)
 
 
 def _overrides(steps: int | None, seed: int | None) -> dict:
@@ -122,13 +117,10 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
 
 
 def _run_replay(config, policy, costs, out, trace) -> None:
-    try:
-        from dynaresize.twin.replay import run_replay
-    except ImportError:
-        _not_available(Mode.REPLAY)
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
+    from dynaresize.twin.replay import run_replay
 
     with user_errors(str(trace) if trace else None):
         if trace is None:
@@ -164,12 +156,9 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
 
 
 def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
-    try:
-        from dynaresize.executor.driver import run_live
-    except ImportError:
-        _not_available(Mode.LIVE)
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
+    from dynaresize.executor.driver import run_live
     from dynaresize.twin.sim_run import default_out_dir
 
     with user_errors(config):

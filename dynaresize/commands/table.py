@@ -1,4 +1,4 @@
-"""Print a comparison table on the terminal: rich when it is installed, plain text otherwise."""
+"""Print a comparison table on the terminal, drawn by rich (which typer depends on)."""
 
 from __future__ import annotations
 
@@ -45,18 +45,10 @@ def format_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def print_table(table: pd.DataFrame, *, title: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     rows = format_rows(table)
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        headers = [_header(c) for c in table.columns]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        print(title)
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        for r in rows:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
-        return
     out = Table(title=title)
     for column in table.columns:
         justify = "left" if column in ("name", "kind") else "right"
