@@ -18,13 +18,14 @@ from dynaresize.config_io import ConfigError
 from ..policies.types import Allocation
 from ..traces.io import Trace
 from ..traces.phases import PipelineMode
-from ..traces.workload import Workload
 from .config import ClusterConfig, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
-from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS, CostFit, fit_costs
-from .trace_source import trace_workload
 
+DEFAULT_MODEL_PARAMS_B = 8.0
+"""Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
+DEFAULT_SYNC_BANDWIDTH_GBPS = 400.0
+"""Trainer-to-rollout link assumed without a config: NVLink-class, inside one node."""
 DEFAULT_GPU_MEMORY_GB = 96.0
 """GPU memory assumed without a config or a known GPU type (the paper's H20)."""
 GPU_MEMORY_GB = {"H20": 96.0, "H100": 80.0, "H800": 80.0, "H200": 141.0, "A100": 80.0}
@@ -79,37 +80,6 @@ class AnalysisContext:
     def scenario_for_steps(self, num_steps: int) -> ScenarioConfig:
         simulation = self.scenario.simulation.model_copy(update={"num_steps": max(1, num_steps)})
         return self.scenario.model_copy(update={"simulation": simulation})
-
-
-@dataclass(frozen=True)
-class TraceModelInputs:
-    """What a trace is modelled with: its workload and the costs (fitted to it, or given)."""
-
-    workload: Workload
-    inferred: list[str]
-    """What had to be inferred to build the workload from the trace."""
-    costs: CostModels
-    fit: CostFit | None
-    """The fit the costs came from; None when the context's costs were used as given."""
-
-
-def trace_model_inputs(
-    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool
-) -> TraceModelInputs:
-    """The trace's workload, and the context's costs fitted to the trace unless `fit_to_trace`
-    is False (costs given by the user). The fit reuses the workload so it is built once."""
-    workload, inferred = trace_workload(trace)
-    if not fit_to_trace:
-        return TraceModelInputs(workload=workload, inferred=inferred, costs=context.costs, fit=None)
-    fit = fit_costs(
-        [trace],
-        base=context.costs,
-        model=context.model,
-        rollout_tp_size=context.rollout_tp_size,
-        sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-        workloads=[workload],
-    )
-    return TraceModelInputs(workload=workload, inferred=inferred, costs=fit.costs, fit=fit)
 
 
 def context_from_config(

@@ -200,7 +200,7 @@ def resize_matrix(candidates, plans) -> np.ndarray:
 
 
 def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedule:
-    """The offline optimum of a twin run's context (`twin.simulate.SimContext`).
+    """The offline optimum of a twin run's context (`twin.simulation.SimContext`).
 
     Uses the static step-time matrix the pipeline reads and, per move, only the resize's
     critical path: the stall every resize costs at least. Background work can only add to that.
@@ -224,7 +224,7 @@ def regret_of_run(total_s: float, context) -> Regret:
 
 
 def regret_rows(results) -> list[dict]:
-    """One row per simulated run (`twin.simulate.SimResult`, all on one context): the policy, its
+    """One row per simulated run (`twin.simulation.SimResult`, all on one context): the policy, its
     total, the offline optimum of that context and the regret, for a summary table.
 
     The optimum is computed once per distinct context.

@@ -444,7 +444,7 @@ def plot_breakeven_curve(
     `transitions` has one row per candidate move with columns `transition` (a label such as
     `6:2→4:4`), `resize_critical_s` and `saving_per_step_s`; optional `saving_low_s` and
     `saving_high_s` (a confidence interval of the saving) draw a band. The break-even analysis's
-    own table (`twin.breakeven.BreakevenReport.transitions_frame()`) is accepted as it is.
+    own table (`twin.analysis.BreakevenReport.transitions_frame()`) is accepted as it is.
     """
     if "mean_saving_per_step_s" in transitions.columns:
         transitions = transitions_from_breakeven(transitions)

@@ -37,9 +37,8 @@ def breakeven(
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
 ) -> None:
     from dynaresize.config import load_run_config
-    from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.breakeven import breakeven_for_trace, report_lines
-    from dynaresize.twin.trace_source import open_trace
+    from dynaresize.twin import context_from_config, open_trace
+    from dynaresize.twin.analysis import breakeven_for_trace, report_lines
 
     with user_errors():
         loaded = open_trace(trace, lenient=lenient)

@@ -38,10 +38,9 @@ def calibrate(
     ),
 ) -> None:
     from dynaresize.config import load_run_config
-    from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.calibrate import calibrate as fit_traces
-    from dynaresize.twin.fit import FitError, fitted_overrides
-    from dynaresize.twin.trace_source import open_trace, trace_notes
+    from dynaresize.twin import context_from_config, open_trace, trace_notes
+    from dynaresize.twin.calibration import FitError, fitted_overrides
+    from dynaresize.twin.calibration import calibrate as fit_traces
 
     with user_errors():
         traces = [open_trace(path, lenient=lenient) for path in trace]

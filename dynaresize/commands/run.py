@@ -76,8 +76,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
-    from dynaresize.twin.costs import load_costs
-    from dynaresize.twin.sim_run import default_out_dir, run_comparison, write_comparison
+    from dynaresize.twin import default_out_dir, load_costs, run_comparison, write_comparison
 
     with user_errors(config):
         run_config = load_run_config(config, overrides=_overrides(steps, seed))
@@ -90,7 +89,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
         updates["policies"] = policies
         workload = None
         if trace is not None:
-            from dynaresize.twin.trace_source import open_trace
+            from dynaresize.twin import open_trace
 
             workload = open_trace(trace).to_workload()
             if steps is not None:
@@ -120,7 +119,7 @@ def _run_replay(config, policy, costs, out, trace) -> None:
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
-    from dynaresize.twin.replay import run_replay
+    from dynaresize.twin.analysis import run_replay
 
     with user_errors(str(trace) if trace else None):
         if trace is None:
@@ -159,7 +158,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
     from dynaresize.executor.driver import run_live
-    from dynaresize.twin.sim_run import default_out_dir
+    from dynaresize.twin import default_out_dir
 
     with user_errors(config):
         if config is None:

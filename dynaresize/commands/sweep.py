@@ -54,7 +54,7 @@ def sweep(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     from dynaresize.config import load_run_config
-    from dynaresize.twin.sweep import run_sweep, sweep_summary
+    from dynaresize.twin.sweeps import run_sweep, sweep_summary
 
     target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     with user_errors(config):

@@ -31,7 +31,7 @@ def validate(
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
 ) -> None:
     from dynaresize.config import load_run_config
-    from dynaresize.twin.validate import run_validation
+    from dynaresize.twin.calibration import run_validation
 
     with user_errors():
         scenario = load_run_config(config) if config is not None else None

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from dynaresize.commands import breakeven as breakeven_command
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import write_trace
-from dynaresize.twin.breakeven import (
+from dynaresize.twin.analysis.breakeven import (
     analyse,
     block_bootstrap_means,
     break_even_steps,

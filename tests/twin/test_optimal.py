@@ -144,7 +144,7 @@ def _scenario(num_steps: int, workload: str = "regime_switch"):
 
 def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
     from dynaresize.twin.optimal import optimum_of_context, regret_of_run
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.simulation import build_context, simulate
 
     config = _scenario(60)
     context = build_context(config)
@@ -173,7 +173,7 @@ def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
 
 def test_regret_rows_for_simulated_runs():
     from dynaresize.twin.optimal import optimum_of_context, regret_rows
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.simulation import build_context, simulate
 
     config = _scenario(30)
     context = build_context(config)

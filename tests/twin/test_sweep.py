@@ -13,18 +13,18 @@ from typer.testing import CliRunner
 
 from dynaresize.cli import app
 from dynaresize.config_io import ConfigError
-from dynaresize.twin import sweep as sweep_module
-from dynaresize.twin import sweep_eval
 from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.simulate import simulate
-from dynaresize.twin.sweep import plan_sweep, run_sweep
-from dynaresize.twin.sweep_space import (
+from dynaresize.twin.simulation import simulate
+from dynaresize.twin.sweeps import sweep as sweep_module
+from dynaresize.twin.sweeps import tasks as sweep_tasks
+from dynaresize.twin.sweeps.space import (
     apply_overrides,
     grid_points,
     parse_param,
     parse_scalar,
     random_points,
 )
+from dynaresize.twin.sweeps.sweep import plan_sweep, run_sweep
 
 SMALL = {
     "name": "small",
@@ -181,14 +181,14 @@ def test_speedup_and_regret_follow_from_the_baselines(grid_table):
 
 def test_baselines_are_built_once_per_workload_and_seed(config, monkeypatch):
     built = []
-    original = sweep_eval.build_context
+    original = sweep_tasks.build_context
 
     def counting(cfg, **kwargs):
         built.append((cfg.workload.name, kwargs["seed"]))
         return original(cfg, **kwargs)
 
-    sweep_eval._CONTEXTS.clear()
-    monkeypatch.setattr(sweep_eval, "build_context", counting)
+    sweep_tasks._CONTEXTS.clear()
+    monkeypatch.setattr(sweep_tasks, "build_context", counting)
     table = run_sweep(
         config,
         params=["policy.cooldown_steps=2,4,8"],

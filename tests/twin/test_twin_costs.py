@@ -242,7 +242,7 @@ def test_warmup_is_paid_by_a_run_s_first_step_only():
 def test_policy_predictions_leave_the_one_time_warmup_out():
     """The warm-up is paid whatever the split, so the step times a policy compares splits by are
     those without it, while the run itself pays it once."""
-    from dynaresize.twin.simulate import build_context
+    from dynaresize.twin.simulation import build_context
 
     scenario = shipped_scenario("example")
     plain = build_context(scenario, seed=1)

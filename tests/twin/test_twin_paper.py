@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from twin_scenarios import shipped_scenario
 
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.simulation import build_context, simulate
 
 
 @pytest.fixture(scope="module")

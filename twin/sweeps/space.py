@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from dynaresize.config_io import ConfigError, format_validation_error
 
-from .config import ScenarioConfig
+from ..config import ScenarioConfig
 
 POLICY_PREFIX = "policy."
 RANGE_SEPARATOR = ".."

@@ -8,7 +8,7 @@
         out="runs/sweep1",
     )
 
-The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweep_space`),
+The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweeps.space`),
 times workloads (presets) or traces, times seeds, times every configured policy that has the
 swept knobs. Each run is a task keyed by a hash of its resolved config, workload and seed; its
 static baselines and offline optimum form a separate task keyed without the policy, so they are
@@ -27,7 +27,6 @@ import json
 import math
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -40,10 +39,9 @@ from tqdm import tqdm
 
 from dynaresize.config_io import ConfigError, format_validation_error
 
-from .config import ScenarioConfig, load_config
-from .optimal import Regret
-from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
-from .sweep_space import (
+from ..config import ScenarioConfig, load_config
+from ..optimal import Regret
+from .space import (
     Scalar,
     SweepParam,
     apply_overrides,
@@ -54,7 +52,8 @@ from .sweep_space import (
     random_points,
     split_point,
 )
-from .sweep_store import ResultCache
+from .store import ResultCache
+from .tasks import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
 
 SWEEP_FORMAT_VERSION = 1
 """Part of every key: bump it when what a run computes changes, and old caches stop matching."""
@@ -106,9 +105,10 @@ def code_fingerprint() -> str:
     made by other code (an edited cost model, a fixed policy) are run again, never reused."""
     import dynaresize.policies
     import dynaresize.traces
+    import dynaresize.twin
 
     sha = hashlib.sha256()
-    for package in (dynaresize.policies, dynaresize.traces, sys.modules[__package__]):
+    for package in (dynaresize.policies, dynaresize.traces, dynaresize.twin):
         root = Path(package.__file__).parent
         for source in sorted(root.rglob("*.py")):
             sha.update(str(source.relative_to(root)).encode())
@@ -398,7 +398,7 @@ def _with_costs(config: ScenarioConfig, costs: Any) -> ScenarioConfig:
     """Calibrated costs (a CostModels or a YAML file of them) replace the config's own."""
     if costs is None:
         return config
-    from .costs import CostModels, load_costs
+    from ..costs import CostModels, load_costs
 
     models = costs if isinstance(costs, CostModels) else load_costs(costs, base=config.costs)
     return config.model_copy(update={"costs": models})

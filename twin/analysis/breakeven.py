@@ -34,8 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..policies.types import Allocation
-from .resize_measure import critical_phase_spans, measured_critical_paths
+from dynaresize.policies.types import Allocation
+
+from ..calibration.resize_measure import critical_phase_spans, measured_critical_paths
 
 PAPER_RESIZE_CRITICAL_S = 187.2
 PAPER_STEP_BEFORE_S = 39.84
@@ -395,9 +396,9 @@ def breakeven_for_trace(
     """
     from dynaresize.config_io import ConfigError
 
-    from .analysis_context import trace_model_inputs
-    from .costs.resize import plan_resizes
-    from .step_costs import compute_step_costs, steady_step_s_without_warmup
+    from ..calibration.trace_costs import trace_model_inputs
+    from ..costs.resize import plan_resizes
+    from ..step_costs import compute_step_costs, steady_step_s_without_warmup
 
     notes = list(context.assumptions) + list(trace.meta.notes)
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
@@ -428,7 +429,7 @@ def breakeven_for_trace(
             f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
             "costlier direction"
         )
-    from ..traces.phases import PipelineMode
+    from dynaresize.traces.phases import PipelineMode
 
     if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
         current = context.initial  # no split was used; the context says which one is assumed

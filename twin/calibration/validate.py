@@ -31,16 +31,16 @@ import numpy as np
 import pandas as pd
 
 from dynaresize.config_io import ConfigError
+from dynaresize.policies.types import Allocation, CostSource
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PipelineMode, StrategyName
+from dynaresize.traces.staged_dir import staged_dir
 
-from ..policies.types import Allocation, CostSource
-from ..traces.io import Trace
-from ..traces.phases import PipelineMode, StrategyName
-from ..traces.staged_dir import staged_dir
-from .analysis_context import AnalysisContext, context_from_config
-from .config import ScenarioConfig
+from ..analysis_context import AnalysisContext, context_from_config
+from ..config import ScenarioConfig
+from ..simulation import SimResult, build_context, simulate
+from ..trace_source import open_trace, trace_notes
 from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
-from .simulate import SimResult, build_context, simulate
-from .trace_source import open_trace, trace_notes
 
 __all__ = [
     "ValidationInputError",

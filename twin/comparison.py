@@ -29,7 +29,7 @@ from dynaresize.traces.workload import Workload
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context
-from .simulate import SimContext, SimResult, build_context, simulate
+from .simulation import SimContext, SimResult, build_context, simulate
 
 __all__ = [
     "COMPARISON_COLUMNS",

@@ -10,7 +10,7 @@ off on my job?" by comparing, on the very same per-step workload:
 - each configured policy;
 - the offline optimum (twin.optimal), against which every row's regret is given.
 
-Costs are fitted to the trace itself (twin.fit) unless the user passes `--costs`.
+Costs are fitted to the trace itself (twin.calibration) unless the user passes `--costs`.
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ import numpy as np
 import pandas as pd
 
 from dynaresize.config_io import ConfigError
+from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PipelineMode
+from dynaresize.traces.staged_dir import staged_dir
 
-from ..policies.registry import parse_policy_config, parse_policy_spec
-from ..policies.types import Allocation
-from ..traces.io import Trace
-from ..traces.phases import PipelineMode
-from ..traces.staged_dir import staged_dir
-from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
-from .config import ScenarioConfig
-from .costs.rollout import rollout_stage_s_many
-from .costs.sync import weight_sync_s
-from .costs.train import train_stage_s
-from .fit import CostFit, fitted_overrides
-from .optimal import OptimalSchedule, Regret, optimum_of_context
-from .simulate import SimResult, build_context, simulate
-from .trace_source import open_trace, trace_notes
+from ..analysis_context import AnalysisContext, context_from_config
+from ..calibration.fit import CostFit, fitted_overrides
+from ..calibration.trace_costs import trace_model_inputs
+from ..config import ScenarioConfig
+from ..costs.rollout import rollout_stage_s_many
+from ..costs.sync import weight_sync_s
+from ..costs.train import train_stage_s
+from ..optimal import OptimalSchedule, Regret, optimum_of_context
+from ..simulation import SimResult, build_context, simulate
+from ..trace_source import open_trace, trace_notes
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"

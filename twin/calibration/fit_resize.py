@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import lsq_linear
 
-from ..traces.io import Trace
-from ..traces.phases import PhaseName, StrategyName
-from .costs import CostModels
-from .costs.memory import ModelConfig
-from .costs.resize import (
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PhaseName, StrategyName
+
+from ..costs import CostModels
+from ..costs.memory import ModelConfig
+from ..costs.resize import (
     Link,
     MoveDirection,
     MovedShare,
@@ -668,7 +669,7 @@ def _critical_path_check(
 
 
 class ResizeStageFitter:
-    """Plugs resize-phase fitting into `twin.fit.fit_costs(extra_fitters=...)`.
+    """Plugs resize-phase fitting into `twin.calibration.fit.fit_costs(extra_fitters=...)`.
 
     `fit_costs` hands fitters its merged steps only, so this one holds the traces itself; the
     detailed per-phase result is kept in `.result` for the report.

@@ -29,28 +29,24 @@ import pandas as pd
 from scipy.optimize import least_squares, lsq_linear
 
 from dynaresize.config_io import ConfigError
+from dynaresize.policies.types import CostSource
+from dynaresize.traces.io import Trace
+from dynaresize.traces.schema import PipelineMode, RunMeta
+from dynaresize.traces.workload import Workload
 
-from ..policies.types import CostSource
-from ..traces.io import Trace
-from ..traces.schema import PipelineMode, RunMeta
-from ..traces.workload import Workload
-from .costs import CostModels
-from .costs.memory import ModelConfig
-from .costs.rollout import RolloutCostParams, contention_factor, replica_seconds
-from .costs.rollout_kernels import replica_counts
-from .costs.sync import SyncCostParams, weight_sync_s
-from .costs.train import (
+from ..analysis_context import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS
+from ..costs import CostModels
+from ..costs.memory import ModelConfig
+from ..costs.rollout import RolloutCostParams, contention_factor, replica_seconds
+from ..costs.rollout_kernels import replica_counts
+from ..costs.sync import SyncCostParams, weight_sync_s
+from ..costs.train import (
     TrainCostParams,
     ring_traffic,
     scaling_efficiency,
     train_stage_s,
 )
-from .trace_source import trace_workload
-
-DEFAULT_MODEL_PARAMS_B = 8.0
-"""Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
-DEFAULT_SYNC_BANDWIDTH_GBPS = 400.0
-"""Trainer-to-rollout link assumed without a config: NVLink-class, inside one node."""
+from ..trace_source import trace_workload
 
 
 class FitError(ConfigError):

@@ -1,0 +1,63 @@
+"""Calibration: the twin's cost parameters fitted to measured traces, and the fitted twin checked
+against a recorded run.
+
+- `fit` fits the stage costs (rollout, training, weight sync) to the steps of one or more
+  traces; `fit_resize` fits the resize phases of each strategy to the resize records;
+  `trace_costs.calibrate` does both, as `dynaresize calibrate` does;
+- `resize_measure` reads a resize's critical path off the records, for the fits and for
+  validation alike;
+- `validate` replays a recorded run in the twin from its workload and decisions only, with
+  fitted costs, and reports how far the prediction is from what was measured.
+
+What it may import: the twin's core (`dynaresize.twin` but its other subpackages),
+`dynaresize.policies`, `dynaresize.traces` and `dynaresize.config_io`; SciPy for the fits.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .fit import CostFit, FitError, StageFit, fit_costs, fitted_overrides
+    from .fit_resize import ResizeFit, fit_resize_phases
+    from .trace_costs import TraceModelInputs, calibrate, trace_model_inputs
+    from .validate import ValidationReport, plot_validation, run_validation, validate_trace
+
+__all__ = [
+    "CostFit",
+    "FitError",
+    "ResizeFit",
+    "StageFit",
+    "TraceModelInputs",
+    "ValidationReport",
+    "calibrate",
+    "fit_costs",
+    "fit_resize_phases",
+    "fitted_overrides",
+    "plot_validation",
+    "run_validation",
+    "trace_model_inputs",
+    "validate_trace",
+]
+
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "CostFit": "fit",
+        "FitError": "fit",
+        "StageFit": "fit",
+        "fit_costs": "fit",
+        "fitted_overrides": "fit",
+        "ResizeFit": "fit_resize",
+        "fit_resize_phases": "fit_resize",
+        "TraceModelInputs": "trace_costs",
+        "calibrate": "trace_costs",
+        "trace_model_inputs": "trace_costs",
+        "ValidationReport": "validate",
+        "plot_validation": "validate",
+        "run_validation": "validate",
+        "validate_trace": "validate",
+    },
+)
