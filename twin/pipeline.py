@@ -40,6 +40,7 @@ from dynaresize.traces.phases import PhaseName, PipelineMode, Role, StrategyName
 from .config import InFlightHandling, PipelineConfig
 from .costs.resize import ResizePlan, ResizePlans
 from .step_costs import StepCosts
+from .trusted import trusted, trusted_complete
 
 __all__ = ["PipelineRecords", "run_pipeline"]
 
@@ -55,39 +56,6 @@ DECISION_FIELDS = (
     "predicted_resize_critical_s",
     "resize_id",
 )
-
-
-_NUM_FIELDS: dict[type, int] = {}
-_new = object.__new__
-_set = object.__setattr__
-
-
-def trusted(cls, **values):
-    """An instance of a pydantic model from values the pipeline computed itself.
-
-    Does what `model_construct` does (no validation; fields not given take their defaults) at
-    half its cost: observations are built at every step boundary, and validating numbers the
-    twin produced would only re-check its own arithmetic. A test checks that the result equals
-    a validated instance.
-    """
-    num_fields = _NUM_FIELDS.get(cls)
-    if num_fields is None:
-        num_fields = _NUM_FIELDS[cls] = len(cls.model_fields)
-    if len(values) != num_fields:  # a field added to the contract later gets its default
-        for name, info in cls.model_fields.items():
-            if name not in values:
-                values[name] = info.get_default(call_default_factory=True)
-    return _complete(cls, values)
-
-
-def _complete(cls, values: dict):
-    """`trusted` for a dict that already holds every field of `cls` (the hot path)."""
-    obj = _new(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(values))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
 
 
 @dataclass
@@ -275,7 +243,7 @@ class _Pipeline:
         current = self.current
         templates = self.prediction_templates
         candidates = tuple(
-            _complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
+            trusted_complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
             for c, x in enumerate(self.predicted[k])
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step

@@ -18,7 +18,6 @@ from dynaresize.twin.analysis.breakeven import (
     analyse,
     block_bootstrap_means,
     break_even_steps,
-    measured_resize_cost_s,
     paper_break_even_steps,
     recommended_consecutive_signals,
     recommended_threshold,
@@ -26,6 +25,7 @@ from dynaresize.twin.analysis.breakeven import (
     signed_imbalance,
     transition_break_even,
 )
+from dynaresize.twin.analysis.trace_breakeven import measured_resize_cost_s
 from dynaresize.twin.costs import CostModels
 from dynaresize.twin.costs.memory import ModelConfig
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from dynaresize.commands import calibrate as calibrate_command
 from dynaresize.traces.io import write_trace
-from dynaresize.twin.calibration.fit import FitError, fit_costs
+from dynaresize.twin.calibration import FitError, fit_costs
 from dynaresize.twin.costs import CostModels, load_costs
 from dynaresize.twin.costs.memory import ModelConfig
 

@@ -15,6 +15,7 @@ from dynaresize.cli import app
 from dynaresize.config_io import ConfigError
 from dynaresize.twin.config import ScenarioConfig
 from dynaresize.twin.simulation import simulate
+from dynaresize.twin.sweeps import plan_sweep, run_sweep
 from dynaresize.twin.sweeps import sweep as sweep_module
 from dynaresize.twin.sweeps import tasks as sweep_tasks
 from dynaresize.twin.sweeps.space import (
@@ -24,7 +25,6 @@ from dynaresize.twin.sweeps.space import (
     parse_scalar,
     random_points,
 )
-from dynaresize.twin.sweeps.sweep import plan_sweep, run_sweep
 
 SMALL = {
     "name": "small",

@@ -12,8 +12,8 @@ from twin_scenarios import shipped_scenario
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
-from dynaresize.twin.calibration.fit import FitError
-from dynaresize.twin.calibration.fit_resize import ParamStatus, fit_resize_phases
+from dynaresize.twin.calibration import FitError, fit_resize_phases
+from dynaresize.twin.calibration.phase_fit import ParamStatus
 from dynaresize.twin.costs.memory import ModelConfig
 from dynaresize.twin.costs.resize import MoveDirection, MovedShare, ResizeCostParams, StateMoved
 from dynaresize.twin.simulation import simulate

@@ -17,7 +17,7 @@ from dynaresize.policies.types import CostSource
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.analysis_context import context_from_config
-from dynaresize.twin.calibration.fit import fit_costs, fitted_overrides
+from dynaresize.twin.calibration import fit_costs, fitted_overrides
 from dynaresize.twin.calibration.validate import (
     ValidationInputError,
     recorded_decision_schedule,

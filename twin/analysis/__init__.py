@@ -5,7 +5,8 @@ pays for itself.
   measured and as the twin predicts it), every static split, the configured policies and the
   offline optimum (`dynaresize run --mode replay`);
 - `breakeven` gives the break-even of every move between splits with a bootstrap interval, how
-  long imbalances last, and settings a user can act on (`dynaresize breakeven`).
+  long imbalances last, and settings a user can act on; `trace_breakeven` does so for a trace
+  and prints the report (`dynaresize breakeven`).
 
 What it may import: the twin's core and `dynaresize.twin.calibration` (costs fitted to the
 trace), `dynaresize.policies`, `dynaresize.traces` and `dynaresize.config_io`.
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .breakeven import BreakevenReport, breakeven_for_trace, report_lines
+    from .breakeven import BreakevenReport
     from .replay import ReplayResult, plot_replay, replay_trace, run_replay
+    from .trace_breakeven import breakeven_for_trace, report_lines
 
 __all__ = [
     "BreakevenReport",
@@ -35,8 +37,8 @@ __getattr__, __dir__ = lazy_exports(
     __name__,
     {
         "BreakevenReport": "breakeven",
-        "breakeven_for_trace": "breakeven",
-        "report_lines": "breakeven",
+        "breakeven_for_trace": "trace_breakeven",
+        "report_lines": "trace_breakeven",
         "ReplayResult": "replay",
         "plot_replay": "replay",
         "replay_trace": "replay",

@@ -2,8 +2,9 @@
 
 - `space` parses swept parameters (dotted paths, value lists or ranges) and applies a point of
   the space to a scenario;
-- `sweep` plans the runs (grid or random sample, times workloads or traces, times seeds), runs
-  them on local processes or a Ray cluster, and assembles the table (`run_sweep`);
+- `plan` expands the space into runs (grid or random sample, times workloads or traces, times
+  seeds), each keyed by what determines it;
+- `sweep` runs them on local processes or a Ray cluster and assembles the table (`run_sweep`);
 - `tasks` is the work one run or one shared baseline does in whichever process it lands on;
 - `store` keeps finished runs on disk, so an interrupted or extended sweep redoes none of them.
 
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from .plan import SweepPlan, plan_sweep
     from .space import SweepParam, apply_overrides, parse_param
-    from .sweep import SweepPlan, plan_sweep, run_sweep, sweep_summary
+    from .sweep import run_sweep, sweep_summary
 
 __all__ = [
     "SweepParam",
@@ -37,8 +39,8 @@ __getattr__, __dir__ = lazy_exports(
         "SweepParam": "space",
         "apply_overrides": "space",
         "parse_param": "space",
-        "SweepPlan": "sweep",
-        "plan_sweep": "sweep",
+        "SweepPlan": "plan",
+        "plan_sweep": "plan",
         "run_sweep": "sweep",
         "sweep_summary": "sweep",
     },
