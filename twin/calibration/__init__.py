@@ -1,6 +1,8 @@
 """Calibration: the twin's cost parameters fitted to measured traces, and the fitted twin checked
 against a recorded run.
 
+- `fit_quality` is what every fit shares: R², RMSE and residuals by one rule, and the bounded
+  line fit with standard errors;
 - `fit` fits the stage costs to the steps of one or more traces, one fitter per stage
   (`fit_rollout`, `fit_train`, `fit_sync`) on what they share (`stage_fit`);
 - `fit_resize` fits the resize phases of each strategy to the resize records, one phase at a

@@ -6,10 +6,10 @@ each further receiving replica adds where the traces show several replica counts
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from ..costs import CostModels
 from ..costs.sync import SyncCostParams, weight_sync_s
+from .fit_quality import fit_nonnegative_line
 from .stage_fit import FitInputs, StageFit, rollout_replicas_per_step
 
 
@@ -38,7 +38,13 @@ def fit_sync(inputs: FitInputs, costs: CostModels) -> tuple[CostModels, StageFit
             for r in replicas
         ]
     )
-    fit = StageFit("sync", fitted.model_dump(), measured, predicted, assumptions)
+    fit = StageFit(
+        stage="sync",
+        params=fitted.model_dump(),
+        measured_s=measured,
+        predicted_s=predicted,
+        assumptions=assumptions,
+    )
     return costs.model_copy(update={"sync": fitted}), fit
 
 
@@ -54,12 +60,8 @@ def _fit_sync_params(
     where the trace shows several replica counts, what each further receiver adds."""
     extra = replicas.astype(np.float64) - 1.0
     if len(np.unique(replicas)) >= 2:
-        solution = lsq_linear(
-            np.column_stack([np.ones_like(extra), extra]),
-            measured,
-            bounds=([0, 0], [np.inf, np.inf]),
-        )
-        one_replica_s, per_extra_s = (float(v) for v in solution.x)
+        line = fit_nonnegative_line(extra, measured)
+        one_replica_s, per_extra_s = line.intercept, line.slope
         how = (
             f"one weight size ({weights_gb:.3g} GB) and one link ({bandwidth:g} GB/s): the sync "
             f"to one replica and each further replica's share are fitted over "

@@ -14,6 +14,7 @@ from scipy.optimize import least_squares
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
 from ..costs.train import TrainCostParams, ring_traffic, scaling_efficiency, train_stage_s
+from .fit_quality import fit_nonnegative_line
 from .stage_fit import FitError, FitInputs, StageFit, first_steps, fitted_warmup_s
 
 
@@ -103,12 +104,9 @@ def _fit_train_one_allocation(
     terms (optimizer step, all-reduce, collectives), which keep their shape for extrapolating to
     other splits, and a fixed rest; where the intercept is smaller than those terms, they are
     scaled down to it."""
-    design = np.column_stack([np.ones_like(tokens), tokens / max(tokens.mean(), 1.0)])
-    solution = least_squares(
-        lambda x: design @ x - measured, np.ones(2), bounds=(0.0, np.inf), method="trf"
-    )
-    intercept_s, slope_scaled = solution.x
-    slope_s_per_token = slope_scaled / max(tokens.mean(), 1.0)
+    token_scale = max(tokens.mean(), 1.0)  # tokens in units of their mean: a well-scaled fit
+    line = fit_nonnegative_line(tokens / token_scale, measured)
+    intercept_s, slope_s_per_token = line.intercept, line.slope / token_scale
     efficiency = float(scaling_efficiency(num_gpus, base))
     no_tokens = base.model_copy(update={"s_per_token_one_gpu": 0.0, "fixed_overhead_s": 0.0})
     per_gpu_terms_s = float(train_stage_s(0.0, train_gpus=num_gpus, model=model, params=no_tokens))

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from ..costs.resize import PhaseCostParams, StateMoved
+from .fit_quality import FitQuality, fit_nonnegative_line, standard_errors
 
 MIN_RECORDS_FOR_RATE = 3
 """Records a phase needs (over at least two sizes) before its per-GB rate is fitted."""
@@ -32,16 +32,14 @@ class ParamStatus(str, Enum):
     """The phase moves nothing, so it has no per-GB rate."""
 
 
-@dataclass(frozen=True)
-class PhaseFit:
-    """The fit of one phase of one strategy."""
+@dataclass(frozen=True, kw_only=True)
+class PhaseFit(FitQuality):
+    """The fit of one phase of one strategy: one point per record."""
 
     strategy: StrategyName
     phase: PhaseName
     gb: np.ndarray
     """Gigabytes each record moved."""
-    measured_s: np.ndarray
-    predicted_s: np.ndarray
     base_s: float
     s_per_gb_measured: float
     """Seconds per GB on the traces' own links (the fitted slope)."""
@@ -56,27 +54,16 @@ class PhaseFit:
     """Why the per-GB rate could not be determined, when it was held."""
 
     @property
-    def residuals_s(self) -> np.ndarray:
-        return self.measured_s - self.predicted_s
-
-    @property
     def num_records(self) -> int:
-        return len(self.measured_s)
+        return self.num_points
 
     @property
     def r2(self) -> float | None:
-        """Coefficient of determination of the two-parameter fit; None when only base_s was
-        fitted (a constant explains none of the variance by construction)."""
+        """Coefficient of determination of the two-parameter fit (`FitQuality.r2`); None also
+        when only base_s was fitted (a constant explains none of the variance by construction)."""
         if self.rate_status is not ParamStatus.FITTED:
             return None
-        total = float(np.sum((self.measured_s - self.measured_s.mean()) ** 2))
-        if self.num_records < 2 or total <= 0:
-            return None
-        return 1.0 - float(np.sum(self.residuals_s**2)) / total
-
-    @property
-    def rmse_s(self) -> float:
-        return float(np.sqrt(np.mean(self.residuals_s**2)))
+        return super().r2
 
     def describe(self) -> str:
         r2 = "n/a (base only)" if self.r2 is None else f"{self.r2:.3f}"
@@ -87,7 +74,7 @@ class PhaseFit:
             f"resize {self.strategy.value}.{self.phase.value}: "
             f"base_s {base} ({self.base_status.value}), "
             f"s_per_gb {rate} ({self.rate_status.value}); R²={r2}, RMSE {self.rmse_s:.3g} s, "
-            f"max |residual| {np.max(np.abs(self.residuals_s)):.3g} s over {self.num_records} "
+            f"max |residual| {self.max_abs_residual_s:.3g} s over {self.num_records} "
             f"records at {sizes} GB"
         )
 
@@ -126,9 +113,9 @@ def fit_one_phase(
             f"{prior.s_per_gb * scale:.4g} s/GB on these links"
         )
     if rate_status is ParamStatus.FITTED:
-        design = np.column_stack([np.ones_like(gb), gb])
-        solution = lsq_linear(design, measured_s, bounds=(0.0, np.inf))
-        base_s, slope = (float(v) for v in solution.x)
+        line = fit_nonnegative_line(gb, measured_s)
+        base_s, slope = line.intercept, line.slope
+        stderrs = [line.intercept_stderr, line.slope_stderr]
     else:
         slope = 0.0 if moves_nothing else prior.s_per_gb * scale
         lowered = not moves_nothing and gb.sum() > 0
@@ -145,9 +132,8 @@ def fit_one_phase(
                 "base_s 0)"
             )
         base_s = 0.0 if lowered else max(0.0, float(np.mean(measured_s - slope * gb)))
-        design = np.ones((len(gb), 1))
+        stderrs = standard_errors(np.ones((len(gb), 1)), measured_s - (base_s + slope * gb))
     predicted = base_s + slope * gb
-    stderrs = _standard_errors(design, measured_s - predicted)
     return PhaseFit(
         strategy=strategy,
         phase=phase,
@@ -164,17 +150,3 @@ def fit_one_phase(
         reasons=reasons,
         held_because=why,
     )
-
-
-def _standard_errors(design: np.ndarray, residuals: np.ndarray) -> list[float | None]:
-    """OLS standard errors of the coefficients; None where the records leave no dof."""
-    n, p = design.shape
-    if n <= p:
-        return [None] * 2
-    sigma2 = float(residuals @ residuals) / (n - p)
-    try:
-        cov = sigma2 * np.linalg.inv(design.T @ design)
-    except np.linalg.LinAlgError:
-        return [None] * 2
-    errs = [float(np.sqrt(max(cov[i, i], 0.0))) for i in range(p)]
-    return errs + [None] * (2 - p)

@@ -24,53 +24,30 @@ from ..analysis_context import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GB
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
 from ..trace_source import trace_workload
+from .fit_quality import FitQuality
 
 
 class FitError(ConfigError):
     """A trace that cannot determine the parameters asked of it (user input, exit code 2)."""
 
 
-@dataclass(frozen=True)
-class StageFit:
-    """One stage's fitted parameters and how well they explain the measurements."""
+@dataclass(frozen=True, kw_only=True)
+class StageFit(FitQuality):
+    """One stage's fitted parameters and how well they explain the measurements (one point per
+    fitted step)."""
 
     stage: str
     params: dict[str, float]
-    measured_s: np.ndarray
-    predicted_s: np.ndarray
     assumptions: list[str] = field(default_factory=list)
 
     @property
-    def residuals_s(self) -> np.ndarray:
-        """Measured minus predicted, per fitted step (s)."""
-        return self.measured_s - self.predicted_s
-
-    @property
     def num_steps(self) -> int:
-        return len(self.measured_s)
-
-    @property
-    def r2(self) -> float | None:
-        """Coefficient of determination; None when the measurements do not vary."""
-        mean = float(self.measured_s.mean()) if self.num_steps else 0.0
-        total = float(np.sum((self.measured_s - mean) ** 2))
-        if self.num_steps < 2 or total <= 1e-12 * self.num_steps * max(mean * mean, 1e-12):
-            return None
-        return 1.0 - float(np.sum(self.residuals_s**2)) / total
-
-    @property
-    def rmse_s(self) -> float:
-        return float(np.sqrt(np.mean(self.residuals_s**2))) if self.num_steps else 0.0
-
-    @property
-    def max_abs_residual_s(self) -> float:
-        return float(np.max(np.abs(self.residuals_s))) if self.num_steps else 0.0
+        return self.num_points
 
     def describe(self) -> str:
         r2 = "n/a" if self.r2 is None else f"{self.r2:.3f}"
-        mean = float(self.measured_s.mean()) if self.num_steps else 0.0
         return (
-            f"{self.stage}: R²={r2}, RMSE {self.rmse_s:.3g} s (mean {mean:.3g} s), "
+            f"{self.stage}: R²={r2}, RMSE {self.rmse_s:.3g} s (mean {self.mean_s:.3g} s), "
             f"max |residual| {self.max_abs_residual_s:.3g} s over {self.num_steps} steps"
         )
 
