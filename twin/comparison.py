@@ -36,6 +36,7 @@ __all__ = [
     "SimComparison",
     "default_out_dir",
     "run_comparison",
+    "run_names",
     "write_comparison",
 ]
 
@@ -68,11 +69,12 @@ class SimComparison:
     is measured against."""
 
 
-def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
+def run_names(kinds: Sequence[str]) -> list[str]:
+    """Names of runs of the given policy kinds, in order: a kind's first run is named by the kind,
+    its later ones are numbered (`hysteresis`, `hysteresis-2`, ...)."""
     seen: dict[str, int] = {}
     names = []
-    for cfg in policies:
-        kind = str(cfg.kind)
+    for kind in kinds:
         seen[kind] = seen.get(kind, 0) + 1
         names.append(kind if seen[kind] == 1 else f"{kind}-{seen[kind]}")
     return names
@@ -141,7 +143,7 @@ def run_comparison(
     context = build_context(config, workload=workload)
     runs = {
         name: simulate(config, build_policy(cfg), context=context)
-        for name, cfg in zip(_run_names(policies), policies, strict=True)
+        for name, cfg in zip(run_names([str(cfg.kind) for cfg in policies]), policies, strict=True)
     }
     optimum = optimum_of_context(context)
     return SimComparison(

@@ -34,6 +34,7 @@ from dynaresize.traces.staged_dir import staged_dir
 from ..analysis_context import AnalysisContext, context_from_config
 from ..calibration.fit import CostFit, fitted_overrides
 from ..calibration.trace_costs import trace_model_inputs
+from ..comparison import run_names
 from ..config import ScenarioConfig
 from ..costs.rollout import rollout_stage_s_many
 from ..costs.sync import weight_sync_s
@@ -89,18 +90,6 @@ class ReplayResult:
         predicted = self.predicted_steps["step_s"].to_numpy(np.float64)
         ok = measured > 0
         return float(np.mean(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else 0.0
-
-    def table_lines(self) -> list[str]:
-        header = (
-            f"{'run':<28}{'total h':>9}{'vs recorded':>13}{'regret':>9}{'resizes':>9}{'thrash':>8}"
-        )
-        lines = [header]
-        for row in self.table.itertuples(index=False):
-            lines.append(
-                f"{row.name:<28}{row.total_h:>9.3f}{row.speedup_vs_recorded:>12.3f}x"
-                f"{row.regret_pct:>8.1f}%{row.num_resizes:>9}{row.thrash_count:>8}"
-            )
-        return lines
 
 
 # --- building the comparison --------------------------------------------------------------
@@ -184,13 +173,11 @@ def replay_trace(
         if not policies:
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
-    results: dict[str, SimResult] = {}
-    for config in as_policy_configs(policies):
-        result = simulate(scenario, config, context=sim_context)
-        name = result.summary.policy
-        while name in results:
-            name += "'"
-        results[name] = result
+    configs = as_policy_configs(policies)
+    results: dict[str, SimResult] = {
+        name: simulate(scenario, config, context=sim_context)
+        for name, config in zip(run_names([c.kind for c in configs]), configs, strict=True)
+    }
 
     optimum = optimum_of_context(sim_context)
     measured_s = measured_total_s(steps)
