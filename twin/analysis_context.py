@@ -103,6 +103,8 @@ def context_from_config(
 
 def _start_allocation(traces: list[Trace], assumptions: list[str]) -> Allocation:
     meta = traces[0].meta if traces else None
+    train: int | None
+    rollout: int | None
     if meta is not None and meta.pipeline_mode is PipelineMode.COLOCATED:
         first = traces[0].steps.iloc[0] if len(traces[0].steps) else None
         total = meta.num_gpus or (int(first["train_gpus"]) if first is not None else 8)
@@ -144,7 +146,8 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
     assumptions.append(
         f"weight-sync link not given: assumed {DEFAULT_SYNC_BANDWIDTH_GBPS:g} GB/s (one node)"
     )
-    candidates, dropped = [], []
+    candidates: list[str] = []
+    dropped: list[str] = []
     for train in range(total - 1, 0, -1):
         label = f"{train}:{total - train}"
         check = check_candidate(
@@ -169,9 +172,10 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
     if mode is None:
         mode = PipelineMode.ONE_STEP_OFF
         assumptions.append("pipeline mode not given: assumed one_step_off")
+    source_path = meta.source_path if meta else None
     scenario = ScenarioConfig.model_validate(
         {
-            "name": (meta.source_path and Path(meta.source_path).stem) or "trace",
+            "name": (Path(source_path).stem if source_path else "") or "trace",
             "cluster": {
                 "gpus_per_node": total,
                 "intra_node_bandwidth_gbps": DEFAULT_SYNC_BANDWIDTH_GBPS,

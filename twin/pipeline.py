@@ -62,7 +62,8 @@ DECISION_FIELDS = (
 class PipelineRecords:
     """Column lists of the three record tables, filled as the run goes."""
 
-    steps: dict[str, list] = field(default_factory=dict)
+    steps: dict[str, np.ndarray | list] = field(default_factory=dict)
+    """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
     resizes: dict[str, list] = field(default_factory=dict)
     decisions: dict[str, list] = field(default_factory=dict)
     decision_rows: list[tuple] = field(default_factory=list)
@@ -264,22 +265,22 @@ class _Pipeline:
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
         current = self.costs.candidates[self.current]
+        wanted = decision.target if decision.is_resize else None
         target = None
-        if decision.is_resize and decision.target != current:
-            target = self.costs.index(decision.target)
-        resizing = target is not None
+        if wanted is not None and wanted != current:
+            target = self.costs.index(wanted)
         self.records.decision_rows.append(
             (
                 k,
                 self.env.now,
                 self.policy_name,
-                "resize" if resizing else "hold",
+                "hold" if target is None else "resize",
                 self.labels[self.current],
-                self.labels[target] if resizing else None,
+                None if target is None else self.labels[target],
                 decision.reason,
                 self.cost_source_value,
-                self._plan_to(target).critical_s if resizing else None,
-                self.num_resizes if resizing else None,
+                None if target is None else self._plan_to(target).critical_s,
+                None if target is None else self.num_resizes,
             )
         )
         return target

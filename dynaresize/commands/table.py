@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -26,7 +27,8 @@ def _header(column: str) -> str:
     return _HEADERS.get(column, column)
 
 
-def _cell(column: str, value: object) -> str:
+def _cell(column: str, value: Any) -> str:
+    """One table cell as text; `value` is whatever the comparison table holds there."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if column in _PERCENT_COLUMNS:
@@ -45,13 +47,13 @@ def format_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def print_table(table: pd.DataFrame, *, title: str) -> None:
-    from rich.console import Console
+    from rich.console import Console, JustifyMethod
     from rich.table import Table
 
     rows = format_rows(table)
     out = Table(title=title)
     for column in table.columns:
-        justify = "left" if column in ("name", "kind") else "right"
+        justify: JustifyMethod = "left" if column in ("name", "kind") else "right"
         out.add_column(_header(column), justify=justify, no_wrap=True)
     for r in rows:
         out.add_row(*r)

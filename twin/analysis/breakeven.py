@@ -278,6 +278,12 @@ def analyse(
     )
 
 
+def _paying_steps(transition: BreakEven) -> float:
+    """The break-even of a move already known to repay itself."""
+    assert transition.steps is not None, "only moves that repay themselves are ranked"
+    return transition.steps
+
+
 def _advise(
     *,
     transitions: list[BreakEven],
@@ -293,10 +299,10 @@ def _advise(
 ) -> Advice:
     here = labels.index(current.label)
     from_here = [t for t in transitions if t.from_allocation == current.label and t.steps]
-    best = min(from_here, key=lambda t: t.steps) if from_here else None
+    best = min(from_here, key=_paying_steps) if from_here else None
     paying = [t for t in transitions if t.steps is not None]
-    reference = best or (min(paying, key=lambda t: t.steps) if paying else None)
-    break_even = reference.steps if reference else float(job_steps)
+    reference = best or (min(paying, key=_paying_steps) if paying else None)
+    break_even = _paying_steps(reference) if reference else float(job_steps)
     upper = reference.ci_high_steps if reference and reference.ci_high_steps else 2 * break_even
     all_runs = runs.all_steps
     typical_run = float(np.median(all_runs)) if len(all_runs) else float(len(imbalance))

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from dynaresize.config_io import ConfigError
+from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import Trace
@@ -42,6 +44,9 @@ from ..costs.train import train_stage_s
 from ..optimal import OptimalSchedule, Regret, optimum_of_context
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
+
+PolicySpec = str | Mapping[str, Any] | PolicyConfigBase
+"""A policy as replay takes it: a config, a mapping of one, or the CLI form `KIND[:k=v,...]`."""
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"
@@ -113,22 +118,18 @@ def measured_total_s(steps: pd.DataFrame) -> float:
     return float(steps["end_s"].max() - steps["start_s"].min())
 
 
-def as_policy_configs(policies: Sequence[object]) -> list:
+def as_policy_configs(policies: Sequence[PolicySpec]) -> list[PolicyConfigBase]:
     """Policy configs from configs, mappings or CLI specs (`KIND[:key=value,...]`)."""
-    out = []
-    for p in policies:
-        if isinstance(p, str):
-            out.append(parse_policy_spec(p))
-        else:
-            out.append(parse_policy_config(p))
-    return out
+    return [
+        parse_policy_spec(p) if isinstance(p, str) else parse_policy_config(p) for p in policies
+    ]
 
 
 def replay_trace(
     trace: Trace,
     context: AnalysisContext,
     *,
-    policies: Sequence[object] | None = None,
+    policies: Sequence[PolicySpec] | None = None,
     fit_to_trace: bool = True,
 ) -> ReplayResult:
     """Compare the recorded run with its twin replay, static splits, policies and the optimum."""
@@ -340,7 +341,7 @@ def run_replay(
     *,
     trace: str | os.PathLike[str],
     config: ScenarioConfig | str | os.PathLike[str] | None = None,
-    policies: Sequence[object] | None = None,
+    policies: Sequence[PolicySpec] | None = None,
     costs: str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,

@@ -11,9 +11,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PipelineMode
 
+from ..analysis_context import AnalysisContext
+from ..calibration.fit import CostFit
 from ..calibration.resize_measure import critical_phase_spans, measured_critical_paths
+from ..calibration.trace_costs import trace_model_inputs
+from ..costs.resize import plan_resizes
+from ..step_costs import compute_step_costs, steady_step_s_without_warmup
 from .breakeven import BreakEven, BreakevenReport, analyse
 
 
@@ -44,8 +52,8 @@ def most_used_allocation(steps: pd.DataFrame) -> Allocation:
 
 
 def breakeven_for_trace(
-    trace,
-    context,
+    trace: Trace,
+    context: AnalysisContext,
     *,
     job_steps: int,
     fit_to_trace: bool = True,
@@ -53,18 +61,12 @@ def breakeven_for_trace(
     confidence: float = 0.9,
     num_resamples: int = 2000,
     seed: int = 0,
-) -> tuple[BreakevenReport, object | None]:
-    """Break-even report of a trace (`traces.io.Trace`) in an `AnalysisContext`.
+) -> tuple[BreakevenReport, CostFit | None]:
+    """Break-even report of a trace in an analysis context.
 
     Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
     user). Returns the report and the `CostFit` (None when not fitted).
     """
-    from dynaresize.config_io import ConfigError
-
-    from ..calibration.trace_costs import trace_model_inputs
-    from ..costs.resize import plan_resizes
-    from ..step_costs import compute_step_costs, steady_step_s_without_warmup
-
     notes = list(context.assumptions) + list(trace.meta.notes)
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
     notes += inputs.inferred
@@ -94,8 +96,6 @@ def breakeven_for_trace(
             f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
             "costlier direction"
         )
-    from dynaresize.traces.phases import PipelineMode
-
     if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
         current = context.initial  # no split was used; the context says which one is assumed
     else:
@@ -176,13 +176,13 @@ def report_lines(report: BreakevenReport) -> list[str]:
         else:
             lines.append(f"{name} runs (|imbalance| > {runs.threshold:g}): none")
     advice = report.advice
-    paying = [
-        t
+    paying_steps = [
+        t.steps
         for t in report.transitions
         if t.steps is not None and t.from_allocation == report.current_allocation
     ]
-    if paying:
-        shortest = min(t.steps for t in paying)
+    if paying_steps:
+        shortest = min(paying_steps)
         longer = int((runs.all_steps >= shortest).sum())
         lines.append(
             f"{longer} of {len(runs.all_steps)} imbalance runs last at least the shortest "

@@ -149,20 +149,17 @@ def _fit_train_several_allocations(
     """
     notes = []
     with_tokens = True
-    distinct_runs = np.unique(runs) if runs is not None else np.zeros(0)
-    if len(distinct_runs) >= 2:
-        errors = {
-            flag: _leave_one_run_out_ape(tokens, gpus, measured, base, model, runs, flag)
-            for flag in (True, False)
-        }
-        if errors[True] is not None and errors[False] is not None:
-            with_mean, with_se = _mean_and_standard_error(errors[True])
-            without_mean, _ = _mean_and_standard_error(errors[False])
+    if runs is not None and len(np.unique(runs)) >= 2:
+        with_term = _leave_one_run_out_ape(tokens, gpus, measured, base, model, runs, True)
+        without_term = _leave_one_run_out_ape(tokens, gpus, measured, base, model, runs, False)
+        if with_term is not None and without_term is not None:
+            with_mean, with_se = _mean_and_standard_error(with_term)
+            without_mean, _ = _mean_and_standard_error(without_term)
             with_tokens = with_mean + with_se < without_mean
             notes.append(
                 f"per-token cost {'kept' if with_tokens else 'dropped'}: leave-one-run-out "
                 f"error {with_mean:.1%} ± {with_se:.1%} with it, {without_mean:.1%} without "
-                f"(mean of {len(errors[True])} held-out runs' median errors ± one standard error; "
+                f"(mean of {len(with_term)} held-out runs' median errors ± one standard error; "
                 "the term is kept only where it wins by more than one standard error)"
             )
     fitted, form = _best_train_form(tokens, gpus, measured, base, model, with_tokens)

@@ -160,7 +160,7 @@ def _traces_of_model(
         or np.isclose(t.meta.model_params_b, model.num_params_b, rtol=1e-3)
     ]
     if not keep:
-        sizes = sorted({t.meta.model_params_b for t in traces})
+        sizes = sorted({t.meta.model_params_b for t in traces if t.meta.model_params_b})
         if len(sizes) > 1:
             raise FitError(
                 f"no trace is of the {model.num_params_b:g}B model the stage costs are fitted "

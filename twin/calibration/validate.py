@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,7 +81,7 @@ def recorded_decision_schedule(trace: Trace) -> tuple[Allocation, list[dict]]:
         for k, rid in zip(steps["step"], steps["resize_id"], strict=True)
         if pd.notna(rid)
     }
-    schedule = [
+    schedule: list[dict[str, Any]] = [
         {"step": int(row.step), "allocation": str(row.to_allocation)}
         for row in resizes.itertuples(index=False)
         if int(row.step) in resized_before

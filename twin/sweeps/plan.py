@@ -86,7 +86,7 @@ def code_fingerprint() -> str:
 
     sha = hashlib.sha256()
     for package in (dynaresize.policies, dynaresize.traces, dynaresize.twin):
-        root = Path(package.__file__).parent
+        root = Path(package.__path__[0])
         for source in sorted(root.rglob("*.py")):
             sha.update(str(source.relative_to(root)).encode())
             sha.update(source.read_bytes())
