@@ -245,8 +245,8 @@ def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid
 
 def _ray_pool_address(request) -> str:
     """The suite's shared local Ray when conftest provides one, else a small one of our own
-    (shut down after the test, so that no other test inherits it)."""
-    import ray
+    (shut down after the test, so that no other test inherits it). Skips without Ray."""
+    ray = pytest.importorskip("ray")
 
     for name in ("ray_session", "ray_cluster"):
         try:
