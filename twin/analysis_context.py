@@ -1,10 +1,12 @@
-"""What the trace-analysis commands (calibrate, breakeven, replay) take from an optional config.
+"""What the trace-driven jobs (calibrate, validate, replay, break-even) take from an optional
+config.
 
-A trace says what happened; to ask "what if" the commands also need the cluster (candidate
+A trace says what happened; to ask "what if" these jobs also need the cluster (candidate
 splits, links, tensor-parallel size), the model (bytes per parameter), the pipeline mode and base
-cost parameters: a twin scenario. With `--config` it is that file's; without, it is built from
-the trace's metadata and stated defaults, each default named in `assumptions` so the output can
-say what was assumed.
+cost parameters: a twin scenario. With a config it is that scenario (the command line resolves
+`--config NAME` and hands it over; a path is read as a scenario YAML file); without, it is built
+from the trace's metadata and stated defaults, each default named in `assumptions` so the output
+can say what was assumed.
 """
 
 from __future__ import annotations
