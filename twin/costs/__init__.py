@@ -3,6 +3,9 @@
 `CostModels` gathers the parameters of the four models (rollout, train, weight sync, resize) so a
 scenario carries them as one field and a calibration can write them as one file. `load_costs`
 reads a YAML file that overrides any subset of them (`--costs costs.yaml`).
+
+What it may import: `dynaresize.policies`, `dynaresize.traces` and `dynaresize.config_io`, nothing
+else of the twin: the live executor's estimates use these models too.
 """
 
 from __future__ import annotations

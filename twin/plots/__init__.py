@@ -5,6 +5,9 @@ Every function takes DataFrames whose columns are the trace schema v1 fields
 table, and returns a matplotlib `Figure` drawn on the Agg canvas. Nothing here touches pyplot's
 global state, so plots can be made from worker processes, tests and notebooks alike, and a twin
 run and a live run are drawn by the very same code. Callers save with `fig.savefig(path)`.
+
+What it may import: matplotlib, numpy and pandas; nothing else of the project (tables come in
+as DataFrames). The twin imports it on a run's first plot, not with the package.
 """
 
 from .comparisons import (
