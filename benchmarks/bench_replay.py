@@ -51,7 +51,7 @@ def twin_trace(config, schedule):
     """A trace written by the twin: a scheduled run's steps plus the per-sample lengths."""
     from dynaresize.traces.io import Trace
     from dynaresize.traces.schema import RunMeta
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.simulation import build_context, simulate
     from dynaresize.twin.trace_source import workload_samples
 
     context = build_context(config)
@@ -71,9 +71,9 @@ def main() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
 
     from dynaresize.traces.io import write_trace
+    from dynaresize.twin.analysis.replay import replay_trace, run_replay
     from dynaresize.twin.analysis_context import context_from_config
     from dynaresize.twin.optimal import offline_optimum, uniform_resize_matrix
-    from dynaresize.twin.replay import replay_trace, run_replay
     from dynaresize.twin.step_costs import step_time_matrix
     from dynaresize.twin.trace_source import open_trace, trace_workload
 

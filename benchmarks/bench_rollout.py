@@ -110,7 +110,7 @@ def main() -> None:
         rollout_stage_s_many,
     )
     from dynaresize.twin.costs.rollout_kernels import KernelBackend
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.simulation import build_context, simulate
 
     rows = []
     for label, kv in (("KV-limited", 450_000), ("unlimited", None)):

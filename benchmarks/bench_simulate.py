@@ -32,7 +32,7 @@ from pathlib import Path
 
 from dynaresize.config import load_run_config
 from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.simulation import build_context, simulate
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 5

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.sweep import run_sweep
+from dynaresize.twin.sweeps.sweep import run_sweep
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_S = 120.0

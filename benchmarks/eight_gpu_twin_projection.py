@@ -38,7 +38,7 @@ def project(config_path: Path) -> dict:
     from dynaresize.policies.types import Allocation
     from dynaresize.traces.phases import StrategyName
     from dynaresize.twin.optimal import optimum_of_context
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.simulation import build_context, simulate
 
     config = load_run_config(str(config_path))
     switch = regime_switch_step(config)

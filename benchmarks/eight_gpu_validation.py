@@ -295,7 +295,7 @@ def calibrate(static_traces: list[Path], dynamic_traces: list[Path], folder: Pat
 
 
 def predict(name: str, trace: Path, costs: Path, config: Path) -> dict:
-    from dynaresize.twin.validate import run_validation
+    from dynaresize.twin.calibration.validate import run_validation
 
     report = run_validation(
         trace=trace, costs=costs, config=config, out_dir=RESULTS / "validate" / name

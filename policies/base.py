@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from .types import Policy
 
@@ -17,6 +17,8 @@ class PolicyConfigBase(BaseModel, ABC):
     """Base of every policy config. Subclasses add a `kind: Literal[...]` field and their knobs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
+
+    kind: str = Field(description="The policy this config builds; each subclass fixes it.")
 
     @abstractmethod
     def build(self) -> Policy:

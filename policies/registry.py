@@ -41,9 +41,11 @@ PolicyConfig = Annotated[
 """Any policy config; its `kind` field picks the class."""
 
 
-def _index_by_kind(classes: tuple[type[PolicyConfigBase], ...]) -> dict[str, type]:
+def _index_by_kind(
+    classes: tuple[type[PolicyConfigBase], ...],
+) -> dict[str, type[PolicyConfigBase]]:
     """Map kind -> config class, refusing two classes that claim the same kind."""
-    index: dict[str, type] = {}
+    index: dict[str, type[PolicyConfigBase]] = {}
     for cls in classes:
         kind = cls.model_fields["kind"].default
         if kind in index:
@@ -54,7 +56,9 @@ def _index_by_kind(classes: tuple[type[PolicyConfigBase], ...]) -> dict[str, typ
     return index
 
 
-POLICY_CONFIG_CLASSES: dict[str, type] = _index_by_kind(get_args(get_args(PolicyConfig)[0]))
+POLICY_CONFIG_CLASSES: dict[str, type[PolicyConfigBase]] = _index_by_kind(
+    get_args(get_args(PolicyConfig)[0])
+)
 """kind -> config class, in registration order."""
 
 _CONFIG_ADAPTER: TypeAdapter[Any] = TypeAdapter(PolicyConfig, config=ConfigDict(title="policy"))

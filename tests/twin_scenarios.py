@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 from dynaresize.config_io import deep_merge
-from dynaresize.twin.config import ScenarioConfig
+from dynaresize.twin.config import ScenarioConfig, load_config
+
+SHIPPED_CONFIGS = Path(__file__).resolve().parents[1] / "dynaresize" / "configs"
 
 BASE: dict[str, Any] = {
     "name": "tiny",
@@ -51,3 +54,9 @@ def scenario(**overrides: Any) -> ScenarioConfig:
 
 def raw(**overrides: Any) -> dict[str, Any]:
     return deep_merge(copy.deepcopy(BASE), overrides)
+
+
+def shipped_scenario(name: str) -> ScenarioConfig:
+    """A scenario shipped in dynaresize/configs (`example`, `paper`), read as the twin reads any
+    scenario file: by path, without the command layer."""
+    return load_config(SHIPPED_CONFIGS / f"{name}.yaml")

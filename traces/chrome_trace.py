@@ -108,9 +108,9 @@ def _device_role_events(steps: list[dict], resize_windows: dict[int, tuple]) -> 
         previous_role: str | None = None
         for step, roles in zip(steps, roles_of_step, strict=True):
             role = roles[device] if device < len(roles) else None
-            resize_id = step.get("resize_id")
-            if _present(resize_id) and previous_role is not None and role != previous_role:
-                window = resize_windows.get(int(resize_id))
+            resize_id = _optional_int(step.get("resize_id"))
+            if resize_id is not None and previous_role is not None and role != previous_role:
+                window = resize_windows.get(resize_id)
                 if window is not None:
                     events.append(
                         _span(
@@ -120,7 +120,7 @@ def _device_role_events(steps: list[dict], resize_windows: dict[int, tuple]) -> 
                             start_s=window[0],
                             end_s=window[1],
                             cat="resize",
-                            args={"resize_id": int(resize_id)},
+                            args={"resize_id": resize_id},
                         )
                     )
             if current is not None and (role != current[0]):
@@ -151,6 +151,11 @@ def _role_span(device: int, current: tuple[str, float, float, int]) -> dict:
 
 def _present(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _optional_int(value: Any) -> int | None:
+    """A nullable integer field of a record (None or NaN when absent) as int or None."""
+    return int(value) if _present(value) else None
 
 
 def _stage_events(steps: list[dict]) -> list[dict]:
@@ -205,10 +210,10 @@ def _phase_tid(phase: str) -> int:
 
 def _resize_events(resizes: list[dict]) -> list[dict]:
     events: list[dict] = []
-    for phase in PhaseName:
-        if any(_text(r["phase"]) == phase.value for r in resizes):
-            tid = _phase_tid(phase.value)
-            events += _metadata(RESIZE_PID, tid, phase.value, tid)
+    for known in PhaseName:
+        if any(_text(r["phase"]) == known.value for r in resizes):
+            tid = _phase_tid(known.value)
+            events += _metadata(RESIZE_PID, tid, known.value, tid)
     for r in resizes:
         phase = _text(r["phase"])
         critical = bool(r["critical"])

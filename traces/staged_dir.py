@@ -88,7 +88,7 @@ def _merge_in(staging: Path, path: Path) -> None:
         shutil.rmtree(aside, ignore_errors=True)
 
 
-def write_file_atomically(path: Path, write_body: Callable[[TextIO], None]) -> None:
+def write_file_atomically(path: Path, write_body: Callable[[TextIO], object]) -> None:
     """Write a text file through `write_body` into a temporary sibling, fsync it and rename it
     into place: `path` holds either its old content or the complete new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)

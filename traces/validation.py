@@ -124,14 +124,6 @@ def _describe(value: object) -> str:
     return f"{type(value).__name__} {text[:40]}"
 
 
-def _is_int(v: object) -> bool:
-    if isinstance(v, bool | np.bool_):
-        return False
-    if isinstance(v, int | np.integer):
-        return True
-    return isinstance(v, float | np.floating) and math.isfinite(v) and float(v).is_integer()
-
-
 def _is_number(v: object) -> bool:
     return isinstance(v, int | float | np.integer | np.floating) and not isinstance(
         v, bool | np.bool_

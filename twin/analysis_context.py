@@ -1,26 +1,33 @@
-"""What the trace-analysis commands (calibrate, breakeven, replay) take from an optional config.
+"""What the trace-driven jobs (calibrate, validate, replay, break-even) take from an optional
+config.
 
-A trace says what happened; to ask "what if" the commands also need the cluster (candidate
+A trace says what happened; to ask "what if" these jobs also need the cluster (candidate
 splits, links, tensor-parallel size), the model (bytes per parameter), the pipeline mode and base
-cost parameters: a twin scenario. With `--config` it is that file's; without, it is built from
-the trace's metadata and stated defaults, each default named in `assumptions` so the output can
-say what was assumed.
+cost parameters: a twin scenario. With a config it is that scenario (the command line resolves
+`--config NAME` and hands it over; a path is read as a scenario YAML file); without, it is built
+from the trace's metadata and stated defaults, each default named in `assumptions` so the output
+can say what was assumed.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dynaresize.config_io import ConfigError
+
 from ..policies.types import Allocation
 from ..traces.io import Trace
-from ..traces.workload import Workload
-from .config import ClusterConfig, ConfigError, PipelineMode, ScenarioConfig, load_config
+from ..traces.phases import PipelineMode
+from .config import ClusterConfig, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
-from .fit import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS, CostFit, fit_costs
-from .trace_source import trace_workload
 
+DEFAULT_MODEL_PARAMS_B = 8.0
+"""Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
+DEFAULT_SYNC_BANDWIDTH_GBPS = 400.0
+"""Trainer-to-rollout link assumed without a config: NVLink-class, inside one node."""
 DEFAULT_GPU_MEMORY_GB = 96.0
 """GPU memory assumed without a config or a known GPU type (the paper's H20)."""
 GPU_MEMORY_GB = {"H20": 96.0, "H100": 80.0, "H800": 80.0, "H200": 141.0, "A100": 80.0}
@@ -77,62 +84,18 @@ class AnalysisContext:
         return self.scenario.model_copy(update={"simulation": simulation})
 
 
-@dataclass(frozen=True)
-class TraceModelInputs:
-    """What a trace is modelled with: its workload and the costs (fitted to it, or given)."""
-
-    workload: Workload
-    inferred: list[str]
-    """What had to be inferred to build the workload from the trace."""
-    costs: CostModels
-    fit: CostFit | None
-    """The fit the costs came from; None when the context's costs were used as given."""
-
-
-def trace_model_inputs(
-    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool
-) -> TraceModelInputs:
-    """The trace's workload, and the context's costs fitted to the trace unless `fit_to_trace`
-    is False (costs given by the user). The fit reuses the workload so it is built once."""
-    workload, inferred = trace_workload(trace)
-    if not fit_to_trace:
-        return TraceModelInputs(workload=workload, inferred=inferred, costs=context.costs, fit=None)
-    fit = fit_costs(
-        [trace],
-        base=context.costs,
-        model=context.model,
-        rollout_tp_size=context.rollout_tp_size,
-        sync_bandwidth_gbps=context.sync_bandwidth_gbps,
-        workloads=[workload],
-    )
-    return TraceModelInputs(workload=workload, inferred=inferred, costs=fit.costs, fit=fit)
-
-
-def load_scenario(config: str | Path) -> ScenarioConfig:
-    """A run config (built-in name or YAML path), as `dynaresize run` reads it.
-
-    The run config (`dynaresize.config`) is a scenario plus run-only settings; it is imported
-    lazily so the twin itself does not depend on the command-line package.
-    """
-    try:
-        from dynaresize.config import load_run_config
-    except ImportError:  # the twin used as a library without the CLI package
-        return load_config(Path(config))
-    return load_run_config(str(config))
-
-
 def context_from_config(
-    config: str | Path | ScenarioConfig | None,
+    config: ScenarioConfig | str | os.PathLike[str] | None,
     traces: list[Trace],
     *,
-    costs_path: str | Path | None = None,
+    costs_path: str | os.PathLike[str] | None = None,
 ) -> AnalysisContext:
-    """The context from `--config` (a name, a path or a loaded scenario) when given, else from
-    the traces' metadata and defaults."""
+    """The context of `config` (a scenario, or the path of a scenario YAML file) when given,
+    else one built from the traces' metadata and defaults. `costs_path` overrides its costs."""
     if isinstance(config, ScenarioConfig):
         context = AnalysisContext(config, from_config=True)
     elif config is not None:
-        context = AnalysisContext(load_scenario(config), from_config=True)
+        context = AnalysisContext(load_config(config), from_config=True)
     else:
         context = _context_from_traces(traces)
     if costs_path is not None:
@@ -142,6 +105,8 @@ def context_from_config(
 
 def _start_allocation(traces: list[Trace], assumptions: list[str]) -> Allocation:
     meta = traces[0].meta if traces else None
+    train: int | None
+    rollout: int | None
     if meta is not None and meta.pipeline_mode is PipelineMode.COLOCATED:
         first = traces[0].steps.iloc[0] if len(traces[0].steps) else None
         total = meta.num_gpus or (int(first["train_gpus"]) if first is not None else 8)
@@ -183,7 +148,8 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
     assumptions.append(
         f"weight-sync link not given: assumed {DEFAULT_SYNC_BANDWIDTH_GBPS:g} GB/s (one node)"
     )
-    candidates, dropped = [], []
+    candidates: list[str] = []
+    dropped: list[str] = []
     for train in range(total - 1, 0, -1):
         label = f"{train}:{total - train}"
         check = check_candidate(
@@ -208,9 +174,10 @@ def _context_from_traces(traces: list[Trace]) -> AnalysisContext:
     if mode is None:
         mode = PipelineMode.ONE_STEP_OFF
         assumptions.append("pipeline mode not given: assumed one_step_off")
+    source_path = meta.source_path if meta else None
     scenario = ScenarioConfig.model_validate(
         {
-            "name": (meta.source_path and Path(meta.source_path).stem) or "trace",
+            "name": (Path(source_path).stem if source_path else "") or "trace",
             "cluster": {
                 "gpus_per_node": total,
                 "intra_node_bandwidth_gbps": DEFAULT_SYNC_BANDWIDTH_GBPS,

@@ -8,8 +8,8 @@ simulated, with one `ConfigError` line naming the file and the field.
 
 from __future__ import annotations
 
+import os
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
 from pydantic import (
@@ -33,16 +33,12 @@ from .costs.memory import ModelConfig, check_candidate
 
 __all__ = [
     "ClusterConfig",
-    "ConfigError",
     "InFlightHandling",
     "ModelConfig",
     "PipelineConfig",
-    "PipelineMode",
     "ScenarioConfig",
     "SimulationConfig",
-    "format_validation_error",
     "load_config",
-    "load_yaml_mapping",
 ]
 
 
@@ -242,9 +238,9 @@ class ScenarioConfig(_Strict):
         return self
 
 
-def load_config(path: str | Path) -> ScenarioConfig:
+def load_config(path: str | os.PathLike[str]) -> ScenarioConfig:
     """Load and validate a scenario from YAML; raises ConfigError naming file and field."""
-    data = load_yaml_mapping(path)
+    data = load_yaml_mapping(os.fspath(path))
     try:
         return ScenarioConfig.model_validate(data)
     except ValidationError as err:

@@ -172,14 +172,6 @@ def best_static(step_s: np.ndarray) -> tuple[int, float]:
     return index, float(totals[index])
 
 
-def regret_against_optimum(
-    policy_total_s: float, step_s: np.ndarray, resize_s: np.ndarray, *, initial_index: int
-) -> Regret:
-    """A policy's regret against the offline optimum of the same per-step cost matrix."""
-    optimum = offline_optimum(step_s, resize_s, initial_index=initial_index)
-    return Regret(policy_total_s=float(policy_total_s), optimal_total_s=optimum.total_s)
-
-
 def uniform_resize_matrix(num_candidates: int, cost_s: float) -> np.ndarray:
     """Every move costs `cost_s`, staying costs nothing (the twin's resize plan is per strategy,
     not per pair of splits)."""
@@ -200,7 +192,7 @@ def resize_matrix(candidates, plans) -> np.ndarray:
 
 
 def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedule:
-    """The offline optimum of a twin run's context (`twin.simulate.SimContext`).
+    """The offline optimum of a twin run's context (`twin.simulation.SimContext`).
 
     Uses the static step-time matrix the pipeline reads and, per move, only the resize's
     critical path: the stall every resize costs at least. Background work can only add to that.
@@ -213,36 +205,3 @@ def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedul
     initial = step_costs.index(context.config.cluster.initial_allocation) if from_initial else None
     resize_s = resize_matrix(step_costs.candidates, context.plans)
     return offline_optimum(step_costs.step_s, resize_s, initial_index=initial)
-
-
-def regret_of_run(total_s: float, context) -> Regret:
-    """Regret of a run on a twin context: call it with `SimResult.summary.total_s` and
-    `SimResult.context`, so simulate(), sweeps and replays report it the same way."""
-    return Regret(
-        policy_total_s=float(total_s), optimal_total_s=optimum_of_context(context).total_s
-    )
-
-
-def regret_rows(results) -> list[dict]:
-    """One row per simulated run (`twin.simulate.SimResult`, all on one context): the policy, its
-    total, the offline optimum of that context and the regret, for a summary table.
-
-    The optimum is computed once per distinct context.
-    """
-    rows = []
-    optima: dict[int, float] = {}
-    for result in results:
-        key = id(result.context)
-        if key not in optima:
-            optima[key] = optimum_of_context(result.context).total_s
-        regret = Regret(policy_total_s=result.summary.total_s, optimal_total_s=optima[key])
-        rows.append(
-            {
-                "policy": result.summary.policy,
-                "total_s": regret.policy_total_s,
-                "offline_optimal_s": regret.optimal_total_s,
-                "regret_s": regret.regret_s,
-                "regret_pct": 100 * regret.regret_fraction,
-            }
-        )
-    return rows

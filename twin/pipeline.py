@@ -35,11 +35,12 @@ from dynaresize.policies.types import (
     StageTimes,
     StepObservation,
 )
-from dynaresize.traces.phases import PhaseName, Role, StrategyName
+from dynaresize.traces.phases import PhaseName, PipelineMode, Role, StrategyName
 
-from .config import InFlightHandling, PipelineConfig, PipelineMode
+from .config import InFlightHandling, PipelineConfig
 from .costs.resize import ResizePlan, ResizePlans
 from .step_costs import StepCosts
+from .trusted import trusted, trusted_complete
 
 __all__ = ["PipelineRecords", "run_pipeline"]
 
@@ -57,44 +58,12 @@ DECISION_FIELDS = (
 )
 
 
-_NUM_FIELDS: dict[type, int] = {}
-_new = object.__new__
-_set = object.__setattr__
-
-
-def trusted(cls, **values):
-    """An instance of a pydantic model from values the pipeline computed itself.
-
-    Does what `model_construct` does (no validation; fields not given take their defaults) at
-    half its cost: observations are built at every step boundary, and validating numbers the
-    twin produced would only re-check its own arithmetic. A test checks that the result equals
-    a validated instance.
-    """
-    num_fields = _NUM_FIELDS.get(cls)
-    if num_fields is None:
-        num_fields = _NUM_FIELDS[cls] = len(cls.model_fields)
-    if len(values) != num_fields:  # a field added to the contract later gets its default
-        for name, info in cls.model_fields.items():
-            if name not in values:
-                values[name] = info.get_default(call_default_factory=True)
-    return _complete(cls, values)
-
-
-def _complete(cls, values: dict):
-    """`trusted` for a dict that already holds every field of `cls` (the hot path)."""
-    obj = _new(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(values))
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
-    return obj
-
-
 @dataclass
 class PipelineRecords:
     """Column lists of the three record tables, filled as the run goes."""
 
-    steps: dict[str, list] = field(default_factory=dict)
+    steps: dict[str, np.ndarray | list] = field(default_factory=dict)
+    """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
     resizes: dict[str, list] = field(default_factory=dict)
     decisions: dict[str, list] = field(default_factory=dict)
     decision_rows: list[tuple] = field(default_factory=list)
@@ -275,7 +244,7 @@ class _Pipeline:
         current = self.current
         templates = self.prediction_templates
         candidates = tuple(
-            _complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
+            trusted_complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
             for c, x in enumerate(self.predicted[k])
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
@@ -296,22 +265,22 @@ class _Pipeline:
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
         current = self.costs.candidates[self.current]
+        wanted = decision.target if decision.is_resize else None
         target = None
-        if decision.is_resize and decision.target != current:
-            target = self.costs.index(decision.target)
-        resizing = target is not None
+        if wanted is not None and wanted != current:
+            target = self.costs.index(wanted)
         self.records.decision_rows.append(
             (
                 k,
                 self.env.now,
                 self.policy_name,
-                "resize" if resizing else "hold",
+                "hold" if target is None else "resize",
                 self.labels[self.current],
-                self.labels[target] if resizing else None,
+                None if target is None else self.labels[target],
                 decision.reason,
                 self.cost_source_value,
-                self._plan_to(target).critical_s if resizing else None,
-                self.num_resizes if resizing else None,
+                None if target is None else self._plan_to(target).critical_s,
+                None if target is None else self.num_resizes,
             )
         )
         return target

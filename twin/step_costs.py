@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import PipelineMode
 from dynaresize.traces.workload import Workload
 
-from .config import ClusterConfig, ModelConfig, PipelineConfig, PipelineMode
+from .config import ClusterConfig, ModelConfig, PipelineConfig
 from .costs import CostModels
 from .costs.rollout import rollout_stage_s_many
 from .costs.sync import weight_sync_s

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..traces.io import Trace, read_trace
+from ..traces.importers import import_trace
+from ..traces.io import Trace
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
 
@@ -24,10 +25,6 @@ def open_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
     location = Path(path)
     if not location.exists():
         raise FileNotFoundError(2, "no such trace", str(location))
-    try:
-        from ..traces.importers import import_trace
-    except ImportError:  # a build without importers still reads the project's own formats
-        return read_trace(location, lenient=lenient)
     return import_trace(location, lenient=lenient)
 
 

@@ -36,13 +36,14 @@ def breakeven(
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
 ) -> None:
-    from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.breakeven import breakeven_for_trace, report_lines
-    from dynaresize.twin.trace_source import open_trace
+    from dynaresize.config import load_run_config
+    from dynaresize.twin import context_from_config, open_trace
+    from dynaresize.twin.analysis import breakeven_for_trace, report_lines
 
     with user_errors():
         loaded = open_trace(trace, lenient=lenient)
-        context = context_from_config(config, [loaded], costs_path=costs)
+        scenario = load_run_config(config) if config is not None else None
+        context = context_from_config(scenario, [loaded], costs_path=costs)
         report, fit = breakeven_for_trace(
             loaded,
             context,

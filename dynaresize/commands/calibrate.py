@@ -37,14 +37,15 @@ def calibrate(
         help="Refuse (exit 2) unless the traces determine every resize-phase parameter.",
     ),
 ) -> None:
-    from dynaresize.twin.analysis_context import context_from_config
-    from dynaresize.twin.calibrate import calibrate as fit_traces
-    from dynaresize.twin.fit import FitError, fitted_overrides
-    from dynaresize.twin.trace_source import open_trace, trace_notes
+    from dynaresize.config import load_run_config
+    from dynaresize.twin import context_from_config, open_trace, trace_notes
+    from dynaresize.twin.calibration import FitError, fitted_overrides
+    from dynaresize.twin.calibration import calibrate as fit_traces
 
     with user_errors():
         traces = [open_trace(path, lenient=lenient) for path in trace]
-        context = context_from_config(config, traces)
+        scenario = load_run_config(config) if config is not None else None
+        context = context_from_config(scenario, traces)
         try:
             fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
         except FitError as err:

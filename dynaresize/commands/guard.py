@@ -17,16 +17,14 @@ INPUT_ERROR_EXIT_CODE = 2
 
 
 def input_error_types() -> tuple[type[BaseException], ...]:
-    """Exception types that mean bad input, collected from the packages that define them."""
-    types: list[type[BaseException]] = [FileNotFoundError, IsADirectoryError, ValidationError]
-    for module, name in [
-        ("dynaresize.config_io", "ConfigError"),
-        ("dynaresize.traces.errors", "TraceError"),
-    ]:
-        with contextlib.suppress(ImportError, AttributeError):
-            mod = __import__(module, fromlist=[name])
-            types.append(getattr(mod, name))
-    return tuple(types)
+    """Exception types that mean bad input: the packages' own, and missing files.
+
+    Imported when a command runs, not when the command line is built: `--help` stays light.
+    """
+    from dynaresize.config_io import ConfigError
+    from dynaresize.traces.errors import TraceError
+
+    return (FileNotFoundError, IsADirectoryError, ValidationError, ConfigError, TraceError)
 
 
 @contextlib.contextmanager
@@ -36,7 +34,6 @@ def user_errors(source: str | None = None) -> Iterator[None]:
         yield
     except input_error_types() as err:
         if isinstance(err, ValidationError):
-            # Imported on error only: the twin's config module is slow to import.
             from dynaresize.config_io import format_validation_error
 
             message = format_validation_error(err, source)

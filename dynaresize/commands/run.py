@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from dynaresize.commands.guard import INPUT_ERROR_EXIT_CODE, user_errors
+from dynaresize.commands.guard import user_errors
 
 
 class Mode(str, Enum):
@@ -63,11 +63,6 @@ def run(
         _run_live(config, policy, costs, out, steps, seed, address, resume)
 
 
-def _not_available(mode: Mode) -> None:
-    print(f"error: mode {mode.value} is not available in this build", file=sys.stderr)
-    raise typer.Exit(INPUT_ERROR_EXIT_CODE)
-
-
 def _overrides(steps: int | None, seed: int | None) -> dict:
     simulation = {}
     if steps is not None:
@@ -81,8 +76,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
-    from dynaresize.twin.costs import load_costs
-    from dynaresize.twin.sim_run import default_out_dir, run_comparison, write_comparison
+    from dynaresize.twin import default_out_dir, load_costs, run_comparison, write_comparison
 
     with user_errors(config):
         run_config = load_run_config(config, overrides=_overrides(steps, seed))
@@ -95,7 +89,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
         updates["policies"] = policies
         workload = None
         if trace is not None:
-            from dynaresize.twin.trace_source import open_trace
+            from dynaresize.twin import open_trace
 
             workload = open_trace(trace).to_workload()
             if steps is not None:
@@ -122,19 +116,17 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
 
 
 def _run_replay(config, policy, costs, out, trace) -> None:
-    try:
-        from dynaresize.twin.replay import run_replay
-    except ImportError:
-        _not_available(Mode.REPLAY)
     from dynaresize.commands.table import print_table
+    from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
+    from dynaresize.twin.analysis import run_replay
 
     with user_errors(str(trace) if trace else None):
         if trace is None:
             raise ConfigError("--mode replay needs --trace FILE (a recorded trace or a log)")
         result = run_replay(
             trace=trace,
-            config=config,
+            config=load_run_config(config) if config is not None else None,
             policies=policy or None,
             costs=costs,
             out_dir=out,
@@ -163,13 +155,10 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
 
 
 def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
-    try:
-        from dynaresize.executor.driver import run_live
-    except ImportError:
-        _not_available(Mode.LIVE)
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
-    from dynaresize.twin.sim_run import default_out_dir
+    from dynaresize.executor.driver import run_live
+    from dynaresize.twin import default_out_dir
 
     with user_errors(config):
         if config is None:

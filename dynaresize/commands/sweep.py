@@ -53,12 +53,13 @@ def sweep(
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
-    from dynaresize.twin.sweep import run_sweep, sweep_summary
+    from dynaresize.config import load_run_config
+    from dynaresize.twin.sweeps import run_sweep, sweep_summary
 
     target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     with user_errors(config):
         table = run_sweep(
-            config,
+            load_run_config(config),
             params=param,
             random=random,
             sample_seed=sample_seed,

@@ -1,8 +1,9 @@
-"""Print a comparison table on the terminal: rich when it is installed, plain text otherwise."""
+"""Print a comparison table on the terminal, drawn by rich (which typer depends on)."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pandas as pd
 
@@ -26,7 +27,8 @@ def _header(column: str) -> str:
     return _HEADERS.get(column, column)
 
 
-def _cell(column: str, value: object) -> str:
+def _cell(column: str, value: Any) -> str:
+    """One table cell as text; `value` is whatever the comparison table holds there."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     if column in _PERCENT_COLUMNS:
@@ -45,21 +47,13 @@ def format_rows(table: pd.DataFrame) -> list[list[str]]:
 
 
 def print_table(table: pd.DataFrame, *, title: str) -> None:
+    from rich.console import Console, JustifyMethod
+    from rich.table import Table
+
     rows = format_rows(table)
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        headers = [_header(c) for c in table.columns]
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-        print(title)
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        for r in rows:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
-        return
     out = Table(title=title)
     for column in table.columns:
-        justify = "left" if column in ("name", "kind") else "right"
+        justify: JustifyMethod = "left" if column in ("name", "kind") else "right"
         out.add_column(_header(column), justify=justify, no_wrap=True)
     for r in rows:
         out.add_row(*r)

@@ -30,11 +30,13 @@ def validate(
     ),
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
 ) -> None:
-    from dynaresize.twin.validate import run_validation
+    from dynaresize.config import load_run_config
+    from dynaresize.twin.calibration import run_validation
 
     with user_errors():
+        scenario = load_run_config(config) if config is not None else None
         report = run_validation(
-            trace=trace, costs=costs, config=config, out_dir=out, lenient=lenient
+            trace=trace, costs=costs, config=scenario, out_dir=out, lenient=lenient
         )
     for line in report.summary_lines():
         print(line)

@@ -136,7 +136,7 @@ def test_the_lineage_check_catches_a_reused_and_a_lost_sample(resized_run, tmp_p
 
 
 def test_the_twin_replays_the_runs_own_records(resized_run, tmp_path) -> None:
-    from dynaresize.twin.replay import RECORDED_MEASURED, RECORDED_PREDICTED, run_replay
+    from dynaresize.twin.analysis.replay import RECORDED_MEASURED, RECORDED_PREDICTED, run_replay
 
     _, _, out = resized_run
     replay = run_replay(trace=out / "trace", policies=["static"], out_dir=tmp_path / "replay")

@@ -145,7 +145,7 @@ def test_malformed_specs_say_what_is_wrong(spec, words):
 
 
 def test_the_command_line_reports_a_bad_spec_in_one_line_naming_the_field():
-    from dynaresize.twin.config import format_validation_error
+    from dynaresize.config_io import format_validation_error
 
     for spec, expected in [
         ("hysteresis:cooldown_steps=-1", "hysteresis.cooldown_steps: Input should be greater"),

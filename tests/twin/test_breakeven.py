@@ -14,11 +14,10 @@ from typer.testing import CliRunner
 from dynaresize.commands import breakeven as breakeven_command
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import write_trace
-from dynaresize.twin.breakeven import (
+from dynaresize.twin.analysis.breakeven import (
     analyse,
     block_bootstrap_means,
     break_even_steps,
-    measured_resize_cost_s,
     paper_break_even_steps,
     recommended_consecutive_signals,
     recommended_threshold,
@@ -26,6 +25,7 @@ from dynaresize.twin.breakeven import (
     signed_imbalance,
     transition_break_even,
 )
+from dynaresize.twin.analysis.trace_breakeven import measured_resize_cost_s
 from dynaresize.twin.costs import CostModels
 from dynaresize.twin.costs.memory import ModelConfig
 

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from dynaresize.commands import calibrate as calibrate_command
 from dynaresize.traces.io import write_trace
+from dynaresize.twin.calibration import FitError, fit_costs
 from dynaresize.twin.costs import CostModels, load_costs
 from dynaresize.twin.costs.memory import ModelConfig
-from dynaresize.twin.fit import FitError, fit_costs
 
 MODEL = ModelConfig(num_params_b=8)
 TRUE = CostModels().with_overrides(

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from dynaresize.twin.optimal import (
+    Regret,
     best_static,
     offline_optimum,
-    regret_against_optimum,
     schedule_total_s,
     uniform_resize_matrix,
 )
@@ -103,7 +103,8 @@ def test_regime_switch_moves_there_and_back():
 def test_best_static_and_regret():
     step_s = np.array([[1.0, 3.0], [1.0, 3.0], [5.0, 1.0]])
     assert best_static(step_s) == (0, 7.0)
-    regret = regret_against_optimum(9.0, step_s, np.zeros((2, 2)), initial_index=0)
+    optimum = offline_optimum(step_s, np.zeros((2, 2)), initial_index=0)
+    regret = Regret(policy_total_s=9.0, optimal_total_s=optimum.total_s)
     assert regret.optimal_total_s == pytest.approx(3.0)
     assert regret.regret_s == pytest.approx(6.0)
     assert regret.regret_fraction == pytest.approx(2.0)
@@ -143,8 +144,8 @@ def _scenario(num_steps: int, workload: str = "regime_switch"):
 
 
 def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
-    from dynaresize.twin.optimal import optimum_of_context, regret_of_run
-    from dynaresize.twin.simulate import build_context, simulate
+    from dynaresize.twin.optimal import Regret, optimum_of_context
+    from dynaresize.twin.simulation import build_context, simulate
 
     config = _scenario(60)
     context = build_context(config)
@@ -154,7 +155,8 @@ def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
     assert free.total_s <= context.baselines.best_total_s + 1e-6
     for policy in ({"kind": "static"}, {"kind": "greedy"}, {"kind": "hysteresis"}):
         result = simulate(config, policy, context=context)
-        assert regret_of_run(result.summary.total_s, context).regret_s >= -1e-6, policy
+        regret = Regret(policy_total_s=result.summary.total_s, optimal_total_s=free.total_s)
+        assert regret.regret_s >= -1e-6, policy
         assert result.summary.total_s >= optimum.total_s - 1e-6, policy
     # a schedule that makes the optimum's moves pays its critical paths plus background work
     path = optimum.candidate_index
@@ -169,24 +171,6 @@ def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():
     assert result.summary.num_resizes == optimum.num_resizes
     assert optimum.total_s - 1e-6 <= result.summary.total_s
     assert result.summary.total_s <= optimum.total_s + optimum.num_resizes * background_s + 1e-6
-
-
-def test_regret_rows_for_simulated_runs():
-    from dynaresize.twin.optimal import optimum_of_context, regret_rows
-    from dynaresize.twin.simulate import build_context, simulate
-
-    config = _scenario(30)
-    context = build_context(config)
-    results = [
-        simulate(config, p, context=context) for p in ({"kind": "static"}, {"kind": "greedy"})
-    ]
-    rows = regret_rows(results)
-    optimum = optimum_of_context(context).total_s
-    assert [r["policy"] for r in rows] == ["static", "greedy"]
-    for row, result in zip(rows, results, strict=True):
-        assert row["offline_optimal_s"] == pytest.approx(optimum)
-        assert row["regret_s"] == pytest.approx(result.summary.total_s - optimum)
-        assert row["regret_s"] >= -1e-6
 
 
 def test_regret_is_one_definition_with_rounding_and_a_zero_optimum_guarded():

@@ -13,17 +13,17 @@ from typer.testing import CliRunner
 from dynaresize.cli import app
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import RunMeta
-from dynaresize.twin.analysis_context import context_from_config
-from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.costs import CostModels
-from dynaresize.twin.costs.memory import ModelConfig
-from dynaresize.twin.replay import (
+from dynaresize.twin.analysis.replay import (
     OFFLINE_OPTIMUM,
     RECORDED_MEASURED,
     RECORDED_PREDICTED,
     replay_trace,
 )
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.analysis_context import context_from_config
+from dynaresize.twin.config import ScenarioConfig
+from dynaresize.twin.costs import CostModels
+from dynaresize.twin.costs.memory import ModelConfig
+from dynaresize.twin.simulation import build_context, simulate
 from dynaresize.twin.trace_source import workload_samples
 
 

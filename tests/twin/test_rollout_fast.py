@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,9 +11,7 @@ from dynaresize.twin.costs import rollout_kernels
 from dynaresize.twin.costs.rollout import RolloutCostParams, rollout_stage_s, rollout_stage_s_many
 from dynaresize.twin.costs.rollout_kernels import KernelBackend, replica_counts
 
-BACKENDS = [KernelBackend.NUMPY]
-if rollout_kernels._numba_kernel() is not None:
-    BACKENDS.append(KernelBackend.NUMBA)
+BACKENDS = [KernelBackend.NUMPY, KernelBackend.NUMBA]
 
 
 @st.composite
@@ -86,17 +83,3 @@ def test_env_var_selects_numpy_fallback(monkeypatch):
     numpy_result = rollout_stage_s_many(w, num_replicas=4, params=p)
     monkeypatch.delenv(rollout_kernels.NO_NUMBA_ENV)
     assert rollout_stage_s_many(w, num_replicas=4, params=p).tolist() == numpy_result.tolist()
-
-
-def test_numba_backend_errors_clearly_when_missing(monkeypatch):
-    monkeypatch.setattr(rollout_kernels, "_numba_kernel", lambda: None)
-    assert rollout_kernels.default_backend() is KernelBackend.NUMPY
-    with pytest.raises(RuntimeError, match="numba"):
-        replica_counts(
-            np.zeros(1, np.int64),
-            np.ones(1, np.int64),
-            np.array([0, 1]),
-            num_replicas=1,
-            max_concurrent_seqs=None,
-            backend=KernelBackend.NUMBA,
-        )

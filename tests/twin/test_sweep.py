@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from dynaresize.cli import app
 from dynaresize.config_io import ConfigError
-from dynaresize.twin import sweep as sweep_module
-from dynaresize.twin import sweep_eval
 from dynaresize.twin.config import ScenarioConfig
-from dynaresize.twin.simulate import simulate
-from dynaresize.twin.sweep import plan_sweep, run_sweep
-from dynaresize.twin.sweep_space import (
+from dynaresize.twin.simulation import simulate
+from dynaresize.twin.sweeps import plan_sweep, run_sweep
+from dynaresize.twin.sweeps import sweep as sweep_module
+from dynaresize.twin.sweeps import tasks as sweep_tasks
+from dynaresize.twin.sweeps.space import (
     apply_overrides,
     grid_points,
     parse_param,
@@ -181,14 +181,14 @@ def test_speedup_and_regret_follow_from_the_baselines(grid_table):
 
 def test_baselines_are_built_once_per_workload_and_seed(config, monkeypatch):
     built = []
-    original = sweep_eval.build_context
+    original = sweep_tasks.build_context
 
     def counting(cfg, **kwargs):
         built.append((cfg.workload.name, kwargs["seed"]))
         return original(cfg, **kwargs)
 
-    sweep_eval._CONTEXTS.clear()
-    monkeypatch.setattr(sweep_eval, "build_context", counting)
+    sweep_tasks._CONTEXTS.clear()
+    monkeypatch.setattr(sweep_tasks, "build_context", counting)
     table = run_sweep(
         config,
         params=["policy.cooldown_steps=2,4,8"],
@@ -245,8 +245,8 @@ def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid
 
 def _ray_pool_address(request) -> str:
     """The suite's shared local Ray when conftest provides one, else a small one of our own
-    (shut down after the test, so that no other test inherits it)."""
-    import ray
+    (shut down after the test, so that no other test inherits it). Skips without Ray."""
+    ray = pytest.importorskip("ray")
 
     for name in ("ray_session", "ray_cluster"):
         try:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import yaml
 from analysis_traces import with_phase_updates
+from twin_scenarios import shipped_scenario
 
 from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation, CostSource
@@ -207,10 +208,9 @@ def test_warmup_is_paid_by_a_run_s_first_step_only():
     estimator) does not; contention stretches the rollout of several replicas sharing a device."""
     from dynaresize.policies.types import Allocation
     from dynaresize.traces.workload import Workload
-    from dynaresize.twin.analysis_context import load_scenario
     from dynaresize.twin.step_costs import stage_time_components
 
-    scenario = load_scenario("example")
+    scenario = shipped_scenario("example")
     rng = np.random.default_rng(0)
     workload = Workload.from_steps(
         [rng.integers(10, 50, 16) for _ in range(3)], [rng.integers(1, 400, 16) for _ in range(3)]
@@ -242,10 +242,9 @@ def test_warmup_is_paid_by_a_run_s_first_step_only():
 def test_policy_predictions_leave_the_one_time_warmup_out():
     """The warm-up is paid whatever the split, so the step times a policy compares splits by are
     those without it, while the run itself pays it once."""
-    from dynaresize.twin.analysis_context import load_scenario
-    from dynaresize.twin.simulate import build_context
+    from dynaresize.twin.simulation import build_context
 
-    scenario = load_scenario("example")
+    scenario = shipped_scenario("example")
     plain = build_context(scenario, seed=1)
     warm_costs = scenario.costs.with_overrides(
         {"rollout": {"first_step_warmup_s": 30.0}, "train": {"first_step_warmup_s": 50.0}}

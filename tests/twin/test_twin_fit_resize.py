@@ -7,16 +7,16 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_traces import with_phase_updates
+from twin_scenarios import shipped_scenario
 
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PhaseName, StrategyName
 from dynaresize.traces.schema import RunMeta
-from dynaresize.twin.analysis_context import load_scenario
+from dynaresize.twin.calibration import FitError, fit_resize_phases
+from dynaresize.twin.calibration.phase_fit import ParamStatus
 from dynaresize.twin.costs.memory import ModelConfig
 from dynaresize.twin.costs.resize import MoveDirection, MovedShare, ResizeCostParams, StateMoved
-from dynaresize.twin.fit import FitError
-from dynaresize.twin.fit_resize import ParamStatus, fit_resize_phases
-from dynaresize.twin.simulate import simulate
+from dynaresize.twin.simulation import simulate
 
 SCHEDULE = [
     {"step": 3, "allocation": "4:4"},
@@ -53,7 +53,7 @@ def twin_trace(
     params: ResizeCostParams | None = None,
     schedule: list[dict] | None = None,
 ) -> Trace:
-    scenario = load_scenario("example")
+    scenario = shipped_scenario("example")
     cluster = scenario.cluster.model_copy(
         update={"host_bandwidth_gbps": HOST_GBPS, "intra_node_bandwidth_gbps": LINK_GBPS}
     )
@@ -250,7 +250,7 @@ def measured_cluster_config(tmp_path) -> str:
     """The example scenario on the links the traces were generated with, as a YAML file."""
     import yaml
 
-    scenario = load_scenario("example")
+    scenario = shipped_scenario("example")
     cluster = scenario.cluster.model_copy(
         update={"host_bandwidth_gbps": HOST_GBPS, "intra_node_bandwidth_gbps": LINK_GBPS}
     )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from twin_scenarios import shipped_scenario
 
-from dynaresize.config import load_run_config
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.simulation import build_context, simulate
 
 
 @pytest.fixture(scope="module")
 def paper():
-    config = load_run_config("paper")
+    config = shipped_scenario("paper")
     return config, build_context(config)
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from twin_scenarios import scenario
 
 from dynaresize.traces.phases import PhaseName
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.simulation import build_context, simulate
 from dynaresize.twin.step_costs import step_time_matrix
 
 MODES = [

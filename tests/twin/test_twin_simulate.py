@@ -10,7 +10,7 @@ from twin_scenarios import scenario
 from dynaresize.policies.static import StaticConfig
 from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 from dynaresize.traces.synthetic import generate_workload
-from dynaresize.twin.simulate import build_context, simulate
+from dynaresize.twin.simulation import build_context, simulate
 from dynaresize.twin.summary import count_thrash
 
 

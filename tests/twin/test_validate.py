@@ -17,13 +17,13 @@ from dynaresize.policies.types import CostSource
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.analysis_context import context_from_config
-from dynaresize.twin.fit import fit_costs, fitted_overrides
-from dynaresize.twin.simulate import build_context, simulate
-from dynaresize.twin.validate import (
+from dynaresize.twin.calibration import fit_costs, fitted_overrides
+from dynaresize.twin.calibration.validate import (
     ValidationInputError,
     recorded_decision_schedule,
     validate_trace,
 )
+from dynaresize.twin.simulation import build_context, simulate
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
 DATA_DIR = Path(__file__).resolve().parents[2] / "dynaresize" / "data"

@@ -8,6 +8,8 @@ slime, OpenRLHF or AReaL is picked from the header when none is given).
 Facts a foreign log lacks (GPU split, batch size, model) come from `options`, or else from a
 sidecar file `<log file name>.import.json` beside the log holding the same fields, so every
 command that opens the log sees them without flags.
+
+What it may import: the rest of `dynaresize.traces`, nothing else of the project.
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 `CostModels` gathers the parameters of the four models (rollout, train, weight sync, resize) so a
 scenario carries them as one field and a calibration can write them as one file. `load_costs`
 reads a YAML file that overrides any subset of them (`--costs costs.yaml`).
+
+What it may import: `dynaresize.policies`, `dynaresize.traces` and `dynaresize.config_io`, nothing
+else of the twin: the live executor's estimates use these models too.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -64,12 +67,12 @@ class CostModels(BaseModel):
         return CostModels.model_validate(merged)
 
 
-def load_costs(path: str | Path, base: CostModels | None = None) -> CostModels:
+def load_costs(path: str | os.PathLike[str], base: CostModels | None = None) -> CostModels:
     """Cost parameters from a YAML file overriding any subset of `base` (defaults if None).
 
     A file that does not say otherwise is taken as calibrated: that is what such files are for.
     """
-    overrides = load_yaml_mapping(path)
+    overrides = load_yaml_mapping(os.fspath(path))
     overrides.setdefault("cost_source", CostSource.CALIBRATED.value)
     try:
         return (base or CostModels()).with_overrides(overrides)

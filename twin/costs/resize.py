@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -103,7 +104,8 @@ class PhaseCostParams(BaseModel):
     )
 
 
-def _phase(base_s: float, deps: list[PhaseName], **kw: object) -> PhaseCostParams:
+def _phase(base_s: float, deps: list[PhaseName], **kw: Any) -> PhaseCostParams:
+    """A phase of the default tables; `kw` sets any other field, validated by the model."""
     return PhaseCostParams(base_s=base_s, depends_on=deps, **kw)
 
 

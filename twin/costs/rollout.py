@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
+from typing import overload
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -147,6 +148,10 @@ def replica_chunk_sizes(num_samples: int, num_replicas: int) -> np.ndarray:
     return sizes
 
 
+@overload
+def contention_factor(num_replicas: int, params: RolloutCostParams) -> float: ...
+@overload
+def contention_factor(num_replicas: np.ndarray, params: RolloutCostParams) -> np.ndarray: ...
 def contention_factor(
     num_replicas: int | np.ndarray, params: RolloutCostParams
 ) -> float | np.ndarray:

@@ -9,7 +9,8 @@ identical results:
 - `numba`: one compiled pass over all chunks; `T` by a binary min-heap of slot free times
   (O(n log C) per chunk). Compiled on first use and cached on disk (`cache=True`).
 - `numpy`: the chunks as rows of a zero-padded matrix; `T` by assigning column j to each row's
-  least-loaded slot, all rows at once. Used when numba is absent or DYNARESIZE_NO_NUMBA=1.
+  least-loaded slot, all rows at once. Used when DYNARESIZE_NO_NUMBA=1 (numba is a dependency:
+  short-lived processes, such as a sweep's workers, may skip its compilation).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from enum import Enum
-from functools import lru_cache
 
 import numpy as np
 
@@ -39,10 +39,10 @@ class ReplicaCounts:
 
 
 def default_backend() -> KernelBackend:
-    """numba unless DYNARESIZE_NO_NUMBA=1 asks otherwise or numba cannot be imported."""
+    """numba unless DYNARESIZE_NO_NUMBA=1 asks otherwise."""
     if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
         return KernelBackend.NUMPY
-    return KernelBackend.NUMBA if _numba_kernel() is not None else KernelBackend.NUMPY
+    return KernelBackend.NUMBA
 
 
 def chunk_bounds(step_offsets: np.ndarray, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,8 +76,6 @@ def replica_counts(
     backend = backend or default_backend()
     if backend is KernelBackend.NUMBA:
         kernel = _numba_kernel()
-        if kernel is None:
-            raise RuntimeError("the numba backend was asked for but numba cannot be imported")
         limited = max_concurrent_seqs is not None
         return ReplicaCounts(
             *kernel(prompt, response, starts, sizes, limited, max_concurrent_seqs or 1)
@@ -132,11 +130,8 @@ def _makespans_numpy(
     return makespans
 
 
-@lru_cache(maxsize=1)
 def _numba_kernel():
-    """The compiled kernel, or None without numba. Imported lazily: numba is slow to load."""
-    try:
-        from . import rollout_numba
-    except ImportError:
-        return None
+    """The compiled kernel. Imported on first use: numba is slow to load."""
+    from . import rollout_numba
+
     return rollout_numba.counts

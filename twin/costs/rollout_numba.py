@@ -2,7 +2,7 @@
 
 Kept in its own module, at module level, so that numba's on-disk cache (`cache=True`) finds it
 again in the next process: only the first run on a machine pays the compilation. Importing this
-module imports numba; `rollout_kernels` does so lazily and falls back to numpy without it.
+module imports numba; `rollout_kernels` does so on first use.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ rank count itself (through host memory) have their own term.
 
 from __future__ import annotations
 
+from typing import overload
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -74,10 +76,16 @@ def scaling_efficiency(num_gpus: int | np.ndarray, params: TrainCostParams) -> n
     return params.scaling_efficiency_per_doubling ** np.log2(np.asarray(num_gpus, dtype=float))
 
 
-def ring_traffic(num_gpus: int | np.ndarray) -> np.ndarray | float:
-    """Share of the gradients each rank sends in a ring all-reduce over `num_gpus` ranks."""
+@overload
+def ring_traffic(num_gpus: int) -> float: ...
+@overload
+def ring_traffic(num_gpus: np.ndarray) -> np.ndarray: ...
+def ring_traffic(num_gpus: int | np.ndarray) -> float | np.ndarray:
+    """Share of the gradients each rank sends in a ring all-reduce over `num_gpus` ranks;
+    elementwise for an array of rank counts."""
     n = np.asarray(num_gpus, dtype=float)
-    return 2.0 * (n - 1.0) / n
+    traffic = 2.0 * (n - 1.0) / n
+    return float(traffic) if np.ndim(traffic) == 0 else traffic
 
 
 def optimizer_step_s(*, train_gpus: int, model: ModelConfig, params: TrainCostParams) -> float:

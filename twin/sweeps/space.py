@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from .config import ConfigError, ScenarioConfig, format_validation_error
+from dynaresize.config_io import ConfigError, format_validation_error
+
+from ..config import ScenarioConfig
 
 POLICY_PREFIX = "policy."
 RANGE_SEPARATOR = ".."

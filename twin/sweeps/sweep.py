@@ -8,7 +8,7 @@
         out="runs/sweep1",
     )
 
-The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweep_space`),
+The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweeps.space`),
 times workloads (presets) or traces, times seeds, times every configured policy that has the
 swept knobs. Each run is a task keyed by a hash of its resolved config, workload and seed; its
 static baselines and offline optimum form a separate task keyed without the policy, so they are
@@ -21,239 +21,31 @@ runs are cached under `out/cache/`, so a repeated or extended sweep only runs wh
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import json
 import math
 import multiprocessing
 import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import ValidationError
 from tqdm import tqdm
 
-from .config import ConfigError, ScenarioConfig, format_validation_error
-from .optimal import Regret
-from .sweep_eval import BaselineTask, RunTask, evaluate_baseline, evaluate_run, trace_num_steps
-from .sweep_space import (
-    Scalar,
-    SweepParam,
-    apply_overrides,
-    grid_points,
-    override_policy,
-    parse_param,
-    policies_with_fields,
-    random_points,
-    split_point,
-)
-from .sweep_store import ResultCache
+from dynaresize.config_io import ConfigError
 
-SWEEP_FORMAT_VERSION = 1
-"""Part of every key: bump it when what a run computes changes, and old caches stop matching."""
+from ..config import ScenarioConfig, load_config
+from ..optimal import Regret
+from .plan import SWEEP_FORMAT_VERSION, SweepPlan, plan_sweep
+from .space import SweepParam
+from .store import ResultCache
+from .tasks import evaluate_baseline, evaluate_run
+
 RESULTS_FILENAME = "results.parquet"
 SPEC_FILENAME = "sweep.json"
 TASKS_PER_WORKER_CHUNK = 8
 """Chunks per worker: large enough to amortise dispatch, small enough to balance the load."""
-
-
-@dataclass(frozen=True)
-class WorkloadSource:
-    """Where a run's workload comes from: a preset, a trace file, or the config's own."""
-
-    label: str
-    preset: str | None = None
-    trace_path: str | None = None
-
-
-@dataclass(frozen=True)
-class PlannedRun:
-    """One row of the table before it has run: its coordinates and its task keys."""
-
-    point: dict[str, Scalar]
-    policy_index: int
-    policy_kind: str
-    source: WorkloadSource
-    seed: int
-    run: RunTask
-    baseline: BaselineTask
-
-
-@dataclass
-class SweepPlan:
-    """Every run of a sweep and the distinct baselines they need, in a fixed order."""
-
-    param_paths: list[str]
-    runs: list[PlannedRun] = field(default_factory=list)
-
-    def baselines(self) -> list[BaselineTask]:
-        unique: dict[str, BaselineTask] = {}
-        for run in self.runs:
-            unique.setdefault(run.baseline.key, run.baseline)
-        return list(unique.values())
-
-
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Hash of the source of every package a run's result depends on, so that cached runs
-    made by other code (an edited cost model, a fixed policy) are run again, never reused."""
-    import dynaresize.policies
-    import dynaresize.traces
-
-    sha = hashlib.sha256()
-    for package in (dynaresize.policies, dynaresize.traces, sys.modules[__package__]):
-        root = Path(package.__file__).parent
-        for source in sorted(root.rglob("*.py")):
-            sha.update(str(source.relative_to(root)).encode())
-            sha.update(source.read_bytes())
-    return sha.hexdigest()[:20]
-
-
-def _digest(*parts: str) -> str:
-    """Key of a task: a hash of its identity (format, code, trace, seed) and resolved config."""
-    sha = hashlib.sha256()
-    for part in parts:
-        sha.update(part.encode())
-        sha.update(b"\0")
-    return sha.hexdigest()[:20]
-
-
-def _file_digest(path: Path) -> str:
-    """Content hash of a trace (a file or a Parquet directory), so an edited trace reruns."""
-    sha = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        sha.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        sha.update(f.read_bytes())
-    return sha.hexdigest()[:20]
-
-
-def _sources(
-    config: ScenarioConfig,
-    workloads: Sequence[str] | None,
-    traces: Sequence[str | os.PathLike] | None,
-) -> list[WorkloadSource]:
-    sources = [WorkloadSource(label=str(w), preset=str(w)) for w in workloads or ()]
-    for t in traces or ():
-        path = Path(t)
-        if not path.exists():
-            raise FileNotFoundError(2, "trace not found", str(path))
-        sources.append(WorkloadSource(label=path.name, trace_path=str(path.resolve())))
-    return sources or [WorkloadSource(label=config.workload.name)]
-
-
-def _seeds(seeds: int | Sequence[int]) -> list[int]:
-    if isinstance(seeds, int):
-        if seeds < 1:
-            raise ConfigError(f"seeds must be at least 1, got {seeds}")
-        return list(range(seeds))
-    values = [int(s) for s in seeds]
-    if not values or len(set(values)) != len(values) or min(values) < 0:
-        raise ConfigError(f"seeds {values} must be distinct non-negative integers, at least one")
-    return values
-
-
-def _base_config(
-    config: ScenarioConfig, source: WorkloadSource, seed: int, trace_steps: int | None
-) -> ScenarioConfig:
-    """The config for one workload and seed: preset swapped in, seed and length set."""
-    data = config.model_dump(mode="json")
-    if source.preset is not None:
-        data["workload"] = source.preset
-    data["simulation"]["seed"] = seed
-    if trace_steps is not None:
-        data["simulation"]["num_steps"] = trace_steps
-    try:
-        return type(config).model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err, f"workload {source.label}")) from None
-
-
-def _trace_steps(source: WorkloadSource) -> tuple[int | None, str | None]:
-    if source.trace_path is None:
-        return None, None
-    digest = _file_digest(Path(source.trace_path))
-    return trace_num_steps(source.trace_path, digest), digest
-
-
-def plan_sweep(
-    config: ScenarioConfig,
-    *,
-    params: Sequence[str | SweepParam] = (),
-    random: int | None = None,
-    sample_seed: int = 0,
-    seeds: int | Sequence[int] = 1,
-    workloads: Sequence[str] | None = None,
-    traces: Sequence[str | os.PathLike] | None = None,
-) -> SweepPlan:
-    """Expand the space into runs, validating every point before anything runs."""
-    parsed = [p if isinstance(p, SweepParam) else parse_param(p) for p in params]
-    points = (
-        random_points(parsed, num_samples=random, sample_seed=sample_seed)
-        if random is not None
-        else grid_points(parsed)
-    )
-    paths = [p.path for p in parsed]
-    policy_indices = policies_with_fields(config, paths)
-    plan = SweepPlan(param_paths=paths)
-    for source in _sources(config, workloads, traces):
-        trace_steps, trace_digest = _trace_steps(source)
-        for seed in _seeds(seeds):
-            base = _base_config(config, source, seed, trace_steps)
-            identity = json.dumps(
-                {
-                    "version": SWEEP_FORMAT_VERSION,
-                    "code": code_fingerprint(),
-                    "trace": trace_digest,
-                    "seed": seed,
-                },
-                sort_keys=True,
-            )
-            resolved_by_config_part: dict[str, tuple[ScenarioConfig, BaselineTask]] = {}
-            for point in points:
-                config_part, policy_part = split_point(point)
-                marker = repr(sorted(config_part.items()))
-                if marker not in resolved_by_config_part:
-                    resolved = apply_overrides(base, config_part)
-                    baseline_json = resolved.model_copy(update={"policies": []}).model_dump_json()
-                    baseline = BaselineTask(
-                        _digest(identity, "baseline", baseline_json),
-                        baseline_json,
-                        source.trace_path,
-                        seed,
-                        trace_digest,
-                    )
-                    resolved_by_config_part[marker] = (resolved, baseline)
-                resolved, baseline = resolved_by_config_part[marker]
-                for policy_index in policy_indices:
-                    policy = override_policy(
-                        resolved.policies[policy_index], policy_part, point=point
-                    )
-                    run_json = resolved.model_copy(update={"policies": [policy]}).model_dump_json()
-                    plan.runs.append(
-                        PlannedRun(
-                            point=dict(point),
-                            policy_index=policy_index,
-                            policy_kind=str(getattr(policy.kind, "value", policy.kind)),
-                            source=source,
-                            seed=seed,
-                            run=RunTask(
-                                _digest(identity, "run", run_json),
-                                baseline.key,
-                                run_json,
-                                source.trace_path,
-                                seed,
-                                trace_digest,
-                            ),
-                            baseline=baseline,
-                        )
-                    )
-    return plan
 
 
 def _chunksize(num_tasks: int, num_workers: int) -> int:
@@ -379,13 +171,13 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def _load_config(config: ScenarioConfig | str | os.PathLike) -> ScenarioConfig:
-    """A scenario from a built-in name or YAML path; run-only settings (a `dynaresize run`
-    config's live and output sections) are dropped, as a twin run has no use for them."""
+def _load_config(config: ScenarioConfig | str | os.PathLike[str]) -> ScenarioConfig:
+    """The scenario to sweep: as given, or read from a scenario YAML file. A config that
+    carries run-only settings besides (a `dynaresize run` config's live and output sections)
+    is narrowed to the scenario: a twin run has no use for them, and every task re-reads its
+    scenario as a plain `ScenarioConfig`."""
     if not isinstance(config, ScenarioConfig):
-        from .analysis_context import load_scenario
-
-        config = load_scenario(str(config))
+        config = load_config(config)
     if type(config) is ScenarioConfig:
         return config
     fields = set(ScenarioConfig.model_fields)
@@ -396,7 +188,7 @@ def _with_costs(config: ScenarioConfig, costs: Any) -> ScenarioConfig:
     """Calibrated costs (a CostModels or a YAML file of them) replace the config's own."""
     if costs is None:
         return config
-    from .costs import CostModels, load_costs
+    from ..costs import CostModels, load_costs
 
     models = costs if isinstance(costs, CostModels) else load_costs(costs, base=config.costs)
     return config.model_copy(update={"costs": models})

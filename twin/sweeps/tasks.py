@@ -21,9 +21,9 @@ from typing import Any
 
 from dynaresize.traces.workload import Workload
 
-from .config import ScenarioConfig
-from .optimal import optimum_of_context
-from .simulate import SimContext, build_context, simulate
+from ..config import ScenarioConfig
+from ..optimal import optimum_of_context
+from ..simulation import SimContext, build_context, simulate
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class BaselineTask:
 def _trace_workload(trace_path: str, trace_digest: str | None) -> Workload:
     """The trace's workload, read once per process and content (the digest is the cache key's
     guard against a file edited between two sweeps of one session)."""
-    from .trace_source import open_trace, trace_workload
+    from ..trace_source import open_trace, trace_workload
 
     workload, _notes = trace_workload(open_trace(trace_path))
     return workload

@@ -8,6 +8,7 @@ the context once and calls `simulate(..., context=ctx)` per policy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -188,15 +189,16 @@ def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.n
 
 
 def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
-    cols: dict[str, object] = dict(records.steps)
-    lo, hi, step_s = cols["start_s"], cols["end_s"], cols["step_s"]
+    steps = records.steps
+    lo, hi, step_s = (np.asarray(steps[c], np.float64) for c in ("start_s", "end_s", "step_s"))
     busy_train = _busy_between(records.train_intervals, lo, hi)
     busy_rollout = _busy_between(records.rollout_intervals, lo, hi)
-    cols["idle_train_gpu_s"] = np.maximum(step_s - busy_train, 0.0) * cols["train_gpus"]
-    cols["idle_rollout_gpu_s"] = np.maximum(step_s - busy_rollout, 0.0) * cols["rollout_gpus"]
-    cols["resize_id"] = _nullable_ints(records.steps["resize_id"])
+    cols: dict[str, Any] = dict(steps)
+    cols["idle_train_gpu_s"] = np.maximum(step_s - busy_train, 0.0) * steps["train_gpus"]
+    cols["idle_rollout_gpu_s"] = np.maximum(step_s - busy_rollout, 0.0) * steps["rollout_gpus"]
+    cols["resize_id"] = _nullable_ints(list(steps["resize_id"]))
     cols["schema_version"] = np.full(len(lo), SCHEMA_VERSION)
-    index = cols["step"]
+    index = np.asarray(steps["step"])
     for column in stats.columns:
         cols[column] = stats[column].to_numpy()[index]
     return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import write_chrome_trace
@@ -26,15 +27,16 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
-from .config import ConfigError, ScenarioConfig
+from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context
-from .simulate import SimContext, SimResult, build_context, simulate
+from .simulation import SimContext, SimResult, build_context, simulate
 
 __all__ = [
     "COMPARISON_COLUMNS",
     "SimComparison",
     "default_out_dir",
     "run_comparison",
+    "run_names",
     "write_comparison",
 ]
 
@@ -67,11 +69,12 @@ class SimComparison:
     is measured against."""
 
 
-def _run_names(policies: Sequence[PolicyConfigBase]) -> list[str]:
+def run_names(kinds: Sequence[str]) -> list[str]:
+    """Names of runs of the given policy kinds, in order: a kind's first run is named by the kind,
+    its later ones are numbered (`hysteresis`, `hysteresis-2`, ...)."""
     seen: dict[str, int] = {}
     names = []
-    for cfg in policies:
-        kind = str(cfg.kind)
+    for kind in kinds:
         seen[kind] = seen.get(kind, 0) + 1
         names.append(kind if seen[kind] == 1 else f"{kind}-{seen[kind]}")
     return names
@@ -140,7 +143,7 @@ def run_comparison(
     context = build_context(config, workload=workload)
     runs = {
         name: simulate(config, build_policy(cfg), context=context)
-        for name, cfg in zip(_run_names(policies), policies, strict=True)
+        for name, cfg in zip(run_names([str(cfg.kind) for cfg in policies]), policies, strict=True)
     }
     optimum = optimum_of_context(context)
     return SimComparison(
@@ -189,10 +192,8 @@ def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool
 
 
 def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
-    try:
-        from .plots import plot_timeline
-    except ImportError:  # plots are optional for a run; tables are what matter
-        return
+    from .plots import plot_timeline  # here, not at the top: matplotlib is slow to import
+
     fig = plot_timeline(result.steps, result.resizes, title=title)
     fig.savefig(path, dpi=100)
 

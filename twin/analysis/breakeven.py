@@ -24,6 +24,8 @@ Advice (docs/breakeven.md explains each rule):
   repays the resize within the typical imbalance run;
 - projection for a job of N steps: N times the mean per-step saving of the best move, less one
   resize, in hours and GPU-hours.
+
+This module holds the arithmetic and the rules; `trace_breakeven` applies them to a trace.
 """
 
 from __future__ import annotations
@@ -34,8 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..policies.types import Allocation
-from .resize_measure import critical_phase_spans, measured_critical_paths
+from dynaresize.policies.types import Allocation
 
 PAPER_RESIZE_CRITICAL_S = 187.2
 PAPER_STEP_BEFORE_S = 39.84
@@ -214,25 +215,6 @@ class BreakevenReport:
         return pd.DataFrame([t.__dict__ for t in self.transitions])
 
 
-def measured_resize_cost_s(
-    resizes: pd.DataFrame, steps: pd.DataFrame | None = None
-) -> float | None:
-    """Mean stall of the trace's own resizes: the gap the steps show around each resize where
-    `steps` has it (what validation and the twin's plans count), else the span of its critical
-    phases."""
-    if len(resizes) == 0:
-        return None
-    spans = critical_phase_spans(resizes)
-    if not spans:
-        return None
-    if steps is not None and len(steps):
-        gaps = measured_critical_paths(steps)
-        gaps = gaps[gaps["resize_id"].isin(list(spans))]
-        if len(gaps):
-            return float(gaps["critical_s"].mean())
-    return float(np.mean(list(spans.values())))
-
-
 def analyse(
     *,
     steps: pd.DataFrame,
@@ -296,6 +278,12 @@ def analyse(
     )
 
 
+def _paying_steps(transition: BreakEven) -> float:
+    """The break-even of a move already known to repay itself."""
+    assert transition.steps is not None, "only moves that repay themselves are ranked"
+    return transition.steps
+
+
 def _advise(
     *,
     transitions: list[BreakEven],
@@ -311,10 +299,10 @@ def _advise(
 ) -> Advice:
     here = labels.index(current.label)
     from_here = [t for t in transitions if t.from_allocation == current.label and t.steps]
-    best = min(from_here, key=lambda t: t.steps) if from_here else None
+    best = min(from_here, key=_paying_steps) if from_here else None
     paying = [t for t in transitions if t.steps is not None]
-    reference = best or (min(paying, key=lambda t: t.steps) if paying else None)
-    break_even = reference.steps if reference else float(job_steps)
+    reference = best or (min(paying, key=_paying_steps) if paying else None)
+    break_even = _paying_steps(reference) if reference else float(job_steps)
     upper = reference.ci_high_steps if reference and reference.ci_high_steps else 2 * break_even
     all_runs = runs.all_steps
     typical_run = float(np.median(all_runs)) if len(all_runs) else float(len(imbalance))
@@ -365,178 +353,3 @@ def paper_break_even_steps() -> float:
     steps = break_even_steps(PAPER_RESIZE_CRITICAL_S, PAPER_STEP_BEFORE_S - PAPER_STEP_AFTER_S)
     assert steps is not None
     return steps
-
-
-# --- from a trace -----------------------------------------------------------------------------
-
-
-def most_used_allocation(steps: pd.DataFrame) -> Allocation:
-    """The split most of the trace's steps ran on (the one a user would move away from)."""
-    pairs = steps[["train_gpus", "rollout_gpus"]].value_counts()
-    train, rollout = pairs.index[0]
-    return Allocation(train_gpus=int(train), rollout_gpus=int(rollout))
-
-
-def breakeven_for_trace(
-    trace,
-    context,
-    *,
-    job_steps: int,
-    fit_to_trace: bool = True,
-    imbalance_threshold: float = 0.1,
-    confidence: float = 0.9,
-    num_resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[BreakevenReport, object | None]:
-    """Break-even report of a trace (`traces.io.Trace`) in an `AnalysisContext`.
-
-    Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
-    user). Returns the report and the `CostFit` (None when not fitted).
-    """
-    from .analysis_context import trace_model_inputs
-    from .config import ConfigError
-    from .costs.resize import plan_resizes
-    from .step_costs import compute_step_costs, steady_step_s_without_warmup
-
-    notes = list(context.assumptions) + list(trace.meta.notes)
-    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
-    notes += inputs.inferred
-    workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
-    scenario = context.scenario
-    step_costs = compute_step_costs(
-        workload,
-        cluster=scenario.cluster,
-        model=scenario.model,
-        costs=costs,
-        pipeline=scenario.pipeline,
-    )
-    steady = steady_step_s_without_warmup(step_costs, costs, scenario.pipeline.mode)
-    measured = measured_resize_cost_s(trace.resizes, trace.steps)
-    if measured is not None:
-        cost_s, source = measured, "mean measured stall of the trace's resizes"
-    else:
-        plan = plan_resizes(
-            strategy=scenario.pipeline.resize_strategy,
-            model=scenario.model,
-            params=costs.resize,
-            host_bandwidth_gbps=scenario.cluster.host_bandwidth_gbps,
-            interconnect_bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
-        ).costlier
-        cost_s = plan.critical_s
-        source = (
-            f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
-            "costlier direction"
-        )
-    from ..traces.phases import PipelineMode
-
-    if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
-        current = context.initial  # no split was used; the context says which one is assumed
-    else:
-        current = most_used_allocation(trace.steps)
-    if current not in step_costs.candidates:
-        raise ConfigError(
-            f"the trace ran mostly on {current.label}, which is not among the candidate "
-            f"splits ({', '.join(c.label for c in step_costs.candidates)})"
-        )
-    report = analyse(
-        steps=trace.steps,
-        steady_step_s=steady,
-        candidates=step_costs.candidates,
-        current=current,
-        cost_s=cost_s,
-        cost_source=source,
-        total_gpus=scenario.cluster.total_gpus,
-        job_steps=job_steps,
-        imbalance_threshold=imbalance_threshold,
-        confidence=confidence,
-        num_resamples=num_resamples,
-        seed=seed,
-        notes=notes,
-    )
-    return report, fit
-
-
-def _steps_text(value: float | None) -> str:
-    return "never" if value is None else f"{value:.1f}"
-
-
-def shown_transitions(report: BreakevenReport) -> list[BreakEven]:
-    """Moves from the split the trace ran on, then one-notch moves between the others."""
-    from_current = [t for t in report.transitions if t.from_allocation == report.current_allocation]
-    from_current.sort(key=lambda t: (t.steps is None, t.steps or 0.0))
-
-    def trainers(label: str) -> int:
-        return int(label.split(":")[0])
-
-    ranks = sorted({trainers(t.from_allocation) for t in report.transitions})
-    notches = [
-        t
-        for t in report.transitions
-        if t.from_allocation != report.current_allocation
-        and abs(ranks.index(trainers(t.from_allocation)) - ranks.index(trainers(t.to_allocation)))
-        == 1
-    ]
-    return from_current + notches
-
-
-def report_lines(report: BreakevenReport) -> list[str]:
-    """The report as plain text lines for a terminal."""
-    pct = round(report.transitions[0].confidence * 100) if report.transitions else 90
-    lines = [
-        f"resize critical path: {report.cost_s:.1f} s ({report.cost_source})",
-        f"trace ran mostly on {report.current_allocation}",
-        "",
-        f"{'move':<12}{'saving/step s':>15}{'break-even':>12}{f'{pct}% CI (steps)':>22}",
-    ]
-    for t in shown_transitions(report):
-        ci = f"{_steps_text(t.ci_low_steps)} .. {_steps_text(t.ci_high_steps)}"
-        lines.append(
-            f"{t.from_allocation + ' -> ' + t.to_allocation:<12}"
-            f"{t.mean_saving_per_step_s:>15.2f}{_steps_text(t.steps):>12}{ci:>22}"
-        )
-    runs = report.runs
-    lines.append("")
-    for name, lengths in (
-        ("rollout-bound", runs.rollout_bound_steps),
-        ("train-bound", runs.train_bound_steps),
-    ):
-        if len(lengths):
-            lines.append(
-                f"{name} runs (|imbalance| > {runs.threshold:g}): {len(lengths)}, median "
-                f"{np.median(lengths):.0f} steps, p90 {np.percentile(lengths, 90):.0f}, "
-                f"longest {lengths.max()}"
-            )
-        else:
-            lines.append(f"{name} runs (|imbalance| > {runs.threshold:g}): none")
-    advice = report.advice
-    paying = [
-        t
-        for t in report.transitions
-        if t.steps is not None and t.from_allocation == report.current_allocation
-    ]
-    if paying:
-        shortest = min(t.steps for t in paying)
-        longer = int((runs.all_steps >= shortest).sum())
-        lines.append(
-            f"{longer} of {len(runs.all_steps)} imbalance runs last at least the shortest "
-            f"break-even ({shortest:.1f} steps)"
-        )
-
-    def threshold_text(value: float | None) -> str:
-        return "never resize this way on this trace" if value is None else f"{value:.2f}"
-
-    lines += [
-        "",
-        "advice:",
-        f"  best move from {report.current_allocation}: {advice.best_move or 'none pays back'}",
-        f"  cooldown_steps: {advice.cooldown_steps}",
-        f"  dwell_steps: {advice.dwell_steps}",
-        f"  consecutive signals: {advice.consecutive_signals}",
-        f"  up threshold (to Rollout): {threshold_text(advice.up_threshold)}",
-        f"  down threshold (to Training): {threshold_text(advice.down_threshold)}",
-        f"  job of {advice.job_steps} steps: {advice.projected_job_hours_static:.2f} h static; "
-        f"saves {advice.projected_saving_hours:.2f} h = "
-        f"{advice.projected_saving_gpu_hours:.1f} GPU-hours with the best move",
-    ]
-    lines += [f"note: {n}" for n in report.notes]
-    return lines

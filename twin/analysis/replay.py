@@ -10,34 +10,43 @@ off on my job?" by comparing, on the very same per-step workload:
 - each configured policy;
 - the offline optimum (twin.optimal), against which every row's regret is given.
 
-Costs are fitted to the trace itself (twin.fit) unless the user passes `--costs`.
+Costs are fitted to the trace itself (twin.calibration) unless the user passes `--costs`.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..policies.registry import parse_policy_config, parse_policy_spec
-from ..policies.types import Allocation
-from ..traces.io import Trace
-from ..traces.phases import PipelineMode
-from ..traces.staged_dir import staged_dir
-from .analysis_context import AnalysisContext, context_from_config, trace_model_inputs
-from .config import ConfigError
-from .costs.rollout import rollout_stage_s_many
-from .costs.sync import weight_sync_s
-from .costs.train import train_stage_s
-from .fit import CostFit, fitted_overrides
-from .optimal import OptimalSchedule, Regret, optimum_of_context
-from .simulate import SimResult, build_context, simulate
-from .trace_source import open_trace, trace_notes
+from dynaresize.config_io import ConfigError
+from dynaresize.policies.base import PolicyConfigBase
+from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
+from dynaresize.policies.types import Allocation
+from dynaresize.traces.io import Trace
+from dynaresize.traces.phases import PipelineMode
+from dynaresize.traces.staged_dir import staged_dir
+
+from ..analysis_context import AnalysisContext, context_from_config
+from ..calibration.fit import CostFit, fitted_overrides
+from ..calibration.trace_costs import trace_model_inputs
+from ..comparison import run_names
+from ..config import ScenarioConfig
+from ..costs.rollout import rollout_stage_s_many
+from ..costs.sync import weight_sync_s
+from ..costs.train import train_stage_s
+from ..optimal import OptimalSchedule, Regret, optimum_of_context
+from ..simulation import SimResult, build_context, simulate
+from ..trace_source import open_trace, trace_notes
+
+PolicySpec = str | Mapping[str, Any] | PolicyConfigBase
+"""A policy as replay takes it: a config, a mapping of one, or the CLI form `KIND[:k=v,...]`."""
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"
@@ -87,18 +96,6 @@ class ReplayResult:
         ok = measured > 0
         return float(np.mean(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else 0.0
 
-    def table_lines(self) -> list[str]:
-        header = (
-            f"{'run':<28}{'total h':>9}{'vs recorded':>13}{'regret':>9}{'resizes':>9}{'thrash':>8}"
-        )
-        lines = [header]
-        for row in self.table.itertuples(index=False):
-            lines.append(
-                f"{row.name:<28}{row.total_h:>9.3f}{row.speedup_vs_recorded:>12.3f}x"
-                f"{row.regret_pct:>8.1f}%{row.num_resizes:>9}{row.thrash_count:>8}"
-            )
-        return lines
-
 
 # --- building the comparison --------------------------------------------------------------
 
@@ -121,22 +118,18 @@ def measured_total_s(steps: pd.DataFrame) -> float:
     return float(steps["end_s"].max() - steps["start_s"].min())
 
 
-def as_policy_configs(policies: Sequence[object]) -> list:
+def as_policy_configs(policies: Sequence[PolicySpec]) -> list[PolicyConfigBase]:
     """Policy configs from configs, mappings or CLI specs (`KIND[:key=value,...]`)."""
-    out = []
-    for p in policies:
-        if isinstance(p, str):
-            out.append(parse_policy_spec(p))
-        else:
-            out.append(parse_policy_config(p))
-    return out
+    return [
+        parse_policy_spec(p) if isinstance(p, str) else parse_policy_config(p) for p in policies
+    ]
 
 
 def replay_trace(
     trace: Trace,
     context: AnalysisContext,
     *,
-    policies: Sequence[object] | None = None,
+    policies: Sequence[PolicySpec] | None = None,
     fit_to_trace: bool = True,
 ) -> ReplayResult:
     """Compare the recorded run with its twin replay, static splits, policies and the optimum."""
@@ -181,13 +174,11 @@ def replay_trace(
         if not policies:
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
-    results: dict[str, SimResult] = {}
-    for config in as_policy_configs(policies):
-        result = simulate(scenario, config, context=sim_context)
-        name = result.summary.policy
-        while name in results:
-            name += "'"
-        results[name] = result
+    configs = as_policy_configs(policies)
+    results: dict[str, SimResult] = {
+        name: simulate(scenario, config, context=sim_context)
+        for name, config in zip(run_names([c.kind for c in configs]), configs, strict=True)
+    }
 
     optimum = optimum_of_context(sim_context)
     measured_s = measured_total_s(steps)
@@ -348,15 +339,17 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
 
 def run_replay(
     *,
-    trace: str | os.PathLike,
-    config: str | os.PathLike | None = None,
-    policies: Sequence[object] | None = None,
-    costs: str | os.PathLike | None = None,
-    out_dir: str | os.PathLike | None = None,
+    trace: str | os.PathLike[str],
+    config: ScenarioConfig | str | os.PathLike[str] | None = None,
+    policies: Sequence[PolicySpec] | None = None,
+    costs: str | os.PathLike[str] | None = None,
+    out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
+    `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
+    built from the trace's metadata and stated assumptions (twin.analysis_context).
     `policies` are policy configs, mappings or CLI specs (`KIND[:key=value,...]`); None takes
     the config's policies (or hysteresis). `costs` replaces fitting with the given parameters.
     """

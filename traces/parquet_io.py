@@ -1,0 +1,108 @@
+"""The Parquet format: a directory with `meta.json` and one Parquet file per table.
+
+A single `.parquet` file is read as a steps table alone. Columns must have plain Arrow types; a
+corrupt or truncated file is reported as such, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from .errors import TraceError
+from .schema import RunMeta, StepRecord
+from .trace import TABLES, Trace, meta_from_dict, plain_arrow_type, plain_column
+from .validation import ColumnKind, SkippedRow, column_specs, empty_frame, validate_frame
+
+
+def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    types = {
+        ColumnKind.INT: pa.int64(),
+        ColumnKind.FLOAT: pa.float64(),
+        ColumnKind.BOOL: pa.bool_(),
+        ColumnKind.STR: pa.string(),
+        ColumnKind.ROLES: pa.list_(pa.string()),
+    }
+    return pa.schema([pa.field(s.name, types[s.kind], nullable=True) for s in column_specs(model)])
+
+
+def write_parquet_dir(directory: Path, trace: Trace) -> None:
+    (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
+    for table, model in TABLES.items():
+        df = trace.table(table)
+        arrays = {}
+        schema = _arrow_schema(model)
+        for spec, fld in zip(column_specs(model), schema, strict=True):
+            arrays[spec.name] = pa.array(plain_column(df[spec.name], spec.kind), type=fld.type)
+        pq.write_table(pa.table(arrays, schema=schema), directory / f"{table}.parquet")
+
+
+def _read_parquet_table(path: Path) -> pd.DataFrame:
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as err:
+        raise TraceError(
+            f"not a readable Parquet file (truncated or corrupt?): {err}", source=str(path)
+        ) from None
+    columns = {}
+    for name, column in zip(table.column_names, table.columns, strict=True):
+        if not plain_arrow_type(column.type):
+            raise TraceError(
+                f"column type {column.type} is not allowed in a trace", source=str(path), field=name
+            )
+        columns[name] = pd.Series(column.to_numpy(zero_copy_only=False), dtype=None)
+    return pd.DataFrame(columns, index=pd.RangeIndex(table.num_rows))
+
+
+def read_parquet_dir(directory: Path, *, lenient: bool) -> Trace:
+    steps_path = directory / "steps.parquet"
+    if not steps_path.exists():
+        raise TraceError("not a trace directory: steps.parquet is missing", source=str(directory))
+    skipped: list[SkippedRow] = []
+    frames = {}
+    for table, model in TABLES.items():
+        file = directory / f"{table}.parquet"
+        if not file.exists():
+            frames[table] = empty_frame(model)
+            continue
+        frames[table] = validate_frame(
+            _read_parquet_table(file),
+            model,
+            table=table,
+            source=str(file),
+            lenient=lenient,
+            skipped=skipped,
+        )
+    meta = _read_meta_file(directory / "meta.json", source_path=str(directory))
+    return Trace(meta=meta, skipped=skipped, **frames)
+
+
+def read_parquet_steps_file(path: Path, *, lenient: bool) -> Trace:
+    skipped: list[SkippedRow] = []
+    steps = validate_frame(
+        _read_parquet_table(path),
+        StepRecord,
+        table="steps",
+        source=str(path),
+        lenient=lenient,
+        skipped=skipped,
+    )
+    meta = RunMeta(source_path=str(path), notes=["single steps table: no run metadata"])
+    return Trace(meta=meta, steps=steps, skipped=skipped)
+
+
+def _read_meta_file(path: Path, *, source_path: str) -> RunMeta:
+    if not path.exists():
+        return RunMeta(source_path=source_path, notes=["meta.json absent: no run metadata"])
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise TraceError(f"malformed JSON: {err}", source=str(path)) from None
+    if not isinstance(raw, dict):
+        raise TraceError("expected a JSON object", source=str(path))
+    return meta_from_dict(raw, source=str(path), line=None, source_path=source_path)

@@ -1,0 +1,34 @@
+"""Front doors loaded on first use.
+
+A package's `__init__` names what it exports and the submodule each name lives in; the submodule
+is imported when a name is first read. Importing a package therefore costs nothing until it is
+used, which keeps the command line's start (and `--help`) free of pandas, SimPy, SciPy and
+matplotlib. A front-door name never equals a submodule's name: the import system would bind the
+submodule over it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
+
+
+def lazy_exports(
+    package: str, exports: dict[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """Module-level `__getattr__` and `__dir__` for `package`, exporting `name -> submodule`."""
+
+    def __getattr__(name: str) -> Any:
+        submodule = exports.get(name)
+        if submodule is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{package}.{submodule}"), name)
+        setattr(sys.modules[package], name, value)  # later reads skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *exports})
+
+    return __getattr__, __dir__

@@ -1,0 +1,85 @@
+"""The costs traces are modelled with, as one call each.
+
+- `calibrate`: what `dynaresize calibrate` fits, stage costs and, where the traces recorded
+  resizes, resize phases, on the model and links of an analysis context. The command line, the
+  notebooks and the benchmarks call this rather than wiring the stage fitters and the resize
+  fitter together themselves.
+- `trace_model_inputs`: what replay and break-even model one trace with, its workload and costs
+  fitted to it (or the context's, when the user gave them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dynaresize.traces.io import Trace
+from dynaresize.traces.workload import Workload
+
+from ..analysis_context import AnalysisContext
+from ..costs import CostModels
+from ..trace_source import trace_workload
+from .fit import CostFit, FitError, fit_costs
+from .fit_resize import ResizeFit, ResizeStageFitter, has_resize_records
+
+__all__ = ["TraceModelInputs", "calibrate", "trace_model_inputs"]
+
+
+def calibrate(
+    traces: Sequence[Trace], context: AnalysisContext, *, require_resize_fit: bool = False
+) -> tuple[CostFit, ResizeFit | None]:
+    """The fitted costs and, when the traces have resize records, the resize-phase fit.
+
+    `require_resize_fit` turns traces without resize records, or resize parameters they cannot
+    determine, into a FitError.
+    """
+    resize_fitter = None
+    if has_resize_records(traces):
+        resize_fitter = ResizeStageFitter(
+            traces,
+            host_bandwidth_gbps=context.scenario.cluster.host_bandwidth_gbps,
+            interconnect_bandwidth_gbps=context.sync_bandwidth_gbps,
+            require_determined=require_resize_fit,
+        )
+    elif require_resize_fit:
+        raise FitError("no resize records in the traces: resize phases cannot be fitted")
+    fit = fit_costs(
+        traces,
+        base=context.costs,
+        model=context.model,
+        rollout_tp_size=context.rollout_tp_size,
+        sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+        extra_fitters=[resize_fitter] if resize_fitter else [],
+    )
+    return fit, resize_fitter.result if resize_fitter is not None else None
+
+
+@dataclass(frozen=True)
+class TraceModelInputs:
+    """What a trace is modelled with: its workload and the costs (fitted to it, or given)."""
+
+    workload: Workload
+    inferred: list[str]
+    """What had to be inferred to build the workload from the trace."""
+    costs: CostModels
+    fit: CostFit | None
+    """The fit the costs came from; None when the context's costs were used as given."""
+
+
+def trace_model_inputs(
+    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool
+) -> TraceModelInputs:
+    """The trace's workload, and the context's costs fitted to the trace unless `fit_to_trace`
+    is False (costs given by the user). The fit reuses the workload so it is built once."""
+    workload, inferred = trace_workload(trace)
+    if not fit_to_trace:
+        return TraceModelInputs(workload=workload, inferred=inferred, costs=context.costs, fit=None)
+    fit = fit_costs(
+        [trace],
+        base=context.costs,
+        model=context.model,
+        rollout_tp_size=context.rollout_tp_size,
+        sync_bandwidth_gbps=context.sync_bandwidth_gbps,
+        workloads=[workload],
+    )
+    return TraceModelInputs(workload=workload, inferred=inferred, costs=fit.costs, fit=fit)

@@ -1,0 +1,272 @@
+"""Pictures of one run: step times and splits over time, device roles, and resize phases.
+
+Every function takes the trace schema's step and resize tables, so a twin run and a live run are
+drawn by the very same code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from .figure import as_text, new_figure, require_columns
+
+TRAIN_COLOR = "#1f77b4"
+ROLLOUT_COLOR = "#ff7f0e"
+CRITICAL_COLOR = "#d62728"
+BACKGROUND_COLOR = "#7f7f7f"
+RESIZE_MARKER_COLOR = "#9467bd"
+GANTT_RESIZE_COLUMNS = (
+    "resize_id",
+    "phase",
+    "strategy",
+    "from_allocation",
+    "to_allocation",
+    "start_s",
+    "end_s",
+    "critical",
+)
+TIMELINE_STEP_COLUMNS = (
+    "step",
+    "start_s",
+    "end_s",
+    "step_s",
+    "rollout_s",
+    "train_s",
+    "train_gpus",
+    "rollout_gpus",
+)
+
+
+def _resize_boundaries(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per resize: id, the step it took effect before, target allocation, critical span.
+
+    Taken from the resize records when they are given, else from the steps' `resize_id` column
+    (a run recorded without phases still shows where its allocation changed).
+    """
+    columns = ["resize_id", "effective_step", "to_allocation", "start_s", "end_s"]
+    if resizes is not None and len(resizes):
+        needed = ["resize_id", "step", "to_allocation", "start_s", "end_s", "critical"]
+        require_columns(resizes, needed, "resizes")
+        rows = []
+        for resize_id, phases in resizes.groupby("resize_id", sort=True):
+            critical = phases[phases["critical"].astype(bool)]
+            span = critical if len(critical) else phases
+            rows.append(
+                (
+                    int(resize_id),
+                    int(phases["step"].iloc[0]) + 1,
+                    as_text(phases["to_allocation"].iloc[0]),
+                    float(span["start_s"].min()),
+                    float(span["end_s"].max()),
+                )
+            )
+        return pd.DataFrame(rows, columns=columns)
+    if "resize_id" not in steps.columns:
+        return pd.DataFrame(columns=columns)
+    marked = steps[steps["resize_id"].notna()]
+    pairs = zip(marked["train_gpus"], marked["rollout_gpus"], strict=True)
+    return pd.DataFrame(
+        {
+            "resize_id": marked["resize_id"].astype(int).to_numpy(),
+            "effective_step": marked["step"].astype(int).to_numpy(),
+            "to_allocation": [f"{t}:{r}" for t, r in pairs],
+            "start_s": marked["start_s"].astype(float).to_numpy(),
+            "end_s": marked["start_s"].astype(float).to_numpy(),
+        }
+    )
+
+
+def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
+    ordered = steps.sort_values("step")
+    x = ordered["step"].to_numpy()
+    ax.plot(x, ordered["step_s"], color="black", lw=1.6, label="step time")
+    ax.plot(x, ordered["rollout_s"], color=ROLLOUT_COLOR, lw=0.9, ls="--", label="rollout stage")
+    ax.plot(x, ordered["train_s"], color=TRAIN_COLOR, lw=0.9, ls="--", label="train stage")
+    for i, row in enumerate(boundaries.itertuples(index=False)):
+        stall_s = row.end_s - row.start_s
+        if stall_s > 0:
+            ax.bar(
+                row.effective_step - 0.5,
+                stall_s,
+                width=0.6,
+                color=CRITICAL_COLOR,
+                alpha=0.5,
+                label="resize stall (critical path)" if i == 0 else None,
+            )
+        ax.axvline(
+            row.effective_step - 0.5,
+            color=RESIZE_MARKER_COLOR,
+            lw=1.2,
+            ls=":",
+            label="resize" if i == 0 else None,
+        )
+        ax.annotate(
+            f"→{row.to_allocation}",
+            xy=(row.effective_step - 0.5, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(2, -2),
+            textcoords="offset points",
+            va="top",
+            fontsize=8,
+            color=RESIZE_MARKER_COLOR,
+        )
+    ax.set_xlabel("training step")
+    ax.set_ylabel("time (s)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+
+
+def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
+    """GPUs per role against run time, as a stacked step area, with resize stalls shaded."""
+    ordered = steps.sort_values("step")
+    t = np.append(ordered["start_s"].to_numpy(float), ordered["end_s"].to_numpy(float)[-1])
+    train = np.append(ordered["train_gpus"].to_numpy(), ordered["train_gpus"].to_numpy()[-1])
+    rollout = np.append(ordered["rollout_gpus"].to_numpy(), ordered["rollout_gpus"].to_numpy()[-1])
+    ax.fill_between(t, 0, train, step="post", color=TRAIN_COLOR, alpha=0.8, label="training GPUs")
+    ax.fill_between(
+        t, train, train + rollout, step="post", color=ROLLOUT_COLOR, alpha=0.8, label="rollout GPUs"
+    )
+    for i, row in enumerate(boundaries.itertuples(index=False)):
+        if row.end_s > row.start_s:
+            ax.axvspan(
+                row.start_s,
+                row.end_s,
+                color=CRITICAL_COLOR,
+                alpha=0.25,
+                label="resize stall (critical path)" if i == 0 else None,
+            )
+    ax.set_xlabel("run time (s)")
+    ax.set_ylabel("GPUs")
+    ax.set_ylim(0, float((train + rollout).max()) * 1.15)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def plot_timeline(
+    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str
+) -> Figure:
+    """Step time of every step with resize markers (the paper's Fig. 4b), and the allocation
+    over run time below it, so a spike can be read against the move that caused it."""
+    require_columns(steps, TIMELINE_STEP_COLUMNS, "steps")
+    if steps.empty:
+        raise ValueError("steps is empty: nothing to plot")
+    boundaries = _resize_boundaries(steps, resizes)
+    fig = new_figure(width_in=10, height_in=6.5)
+    top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
+    _draw_step_times(top, steps, boundaries)
+    top.set_title("Step time per training step")
+    _draw_allocation(bottom, steps, boundaries)
+    bottom.set_title("Allocation over time (train + rollout GPUs)")
+    fig.suptitle(title)
+    return fig
+
+
+def _draw_device_roles(ax, steps: pd.DataFrame) -> None:
+    """One horizontal track per GPU, coloured by its role during each step."""
+    ordered = steps.sort_values("step")
+    starts = ordered["start_s"].to_numpy(float)
+    durations = (ordered["end_s"] - ordered["start_s"]).to_numpy(float)
+    roles = [[as_text(r) for r in row] for row in ordered["device_roles"]]
+    num_devices = max(len(r) for r in roles)
+    for device in range(num_devices):
+        for role, color in (("train", TRAIN_COLOR), ("rollout", ROLLOUT_COLOR)):
+            spans = [
+                (start, duration)
+                for start, duration, row in zip(starts, durations, roles, strict=True)
+                if device < len(row) and row[device] == role
+            ]
+            ax.broken_barh(spans, (device - 0.4, 0.8), color=color)
+    ax.set_yticks(range(num_devices), [f"GPU {d}" for d in range(num_devices)])
+    ax.invert_yaxis()
+    ax.set_xlabel("run time (s)")
+    ax.set_ylabel("device")
+    ax.legend(
+        handles=[
+            Patch(color=TRAIN_COLOR, label="training role"),
+            Patch(color=ROLLOUT_COLOR, label="rollout role"),
+        ],
+        loc="upper right",
+        fontsize=8,
+    )
+
+
+def plot_allocation(
+    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str
+) -> Figure:
+    """GPUs per role over run time, and the role of every single GPU (the device-to-role map),
+    so one can see which devices moved and how long the pipeline stalled while they did."""
+    require_columns(steps, [*TIMELINE_STEP_COLUMNS, "device_roles"], "steps")
+    if steps.empty:
+        raise ValueError("steps is empty: nothing to plot")
+    boundaries = _resize_boundaries(steps, resizes)
+    fig = new_figure(width_in=10, height_in=6)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    _draw_allocation(top, steps, boundaries)
+    top.set_title("GPUs per role")
+    _draw_device_roles(bottom, steps)
+    bottom.set_title("Role of each GPU")
+    fig.suptitle(title)
+    return fig
+
+
+def plot_resize_gantt(resizes: pd.DataFrame, *, title: str, max_resizes: int | None = 6) -> Figure:
+    """Phases of each resize on a clock that starts when the resize starts (the paper's Fig. 6):
+    critical-path phases (the pipeline waits) apart from background ones (overlapped)."""
+    require_columns(resizes, GANTT_RESIZE_COLUMNS, "resizes")
+    if resizes.empty:
+        raise ValueError("resizes is empty: no resize phases to plot")
+    ids = sorted(resizes["resize_id"].unique())
+    if max_resizes is not None:
+        ids = ids[:max_resizes]
+    num_rows = int(resizes["resize_id"].isin(ids).sum())
+    fig = new_figure(width_in=10, height_in=max(2.8, 1.4 + 0.32 * num_rows))
+    ax = fig.subplots()
+    labels: list[str] = []
+    row = 0
+    for resize_id in ids:
+        phases = resizes[resizes["resize_id"] == resize_id].sort_values(["start_s", "end_s"])
+        origin = float(phases["start_s"].min())
+        first = phases.iloc[0]
+        heading = (
+            f"#{resize_id} {as_text(first['from_allocation'])}→{as_text(first['to_allocation'])}"
+            f" ({as_text(first['strategy'])})"
+        )
+        for i, phase in enumerate(phases.itertuples(index=False)):
+            start = float(phase.start_s) - origin
+            duration = float(phase.end_s) - float(phase.start_s)
+            color = CRITICAL_COLOR if bool(phase.critical) else BACKGROUND_COLOR
+            ax.barh(row, duration, left=start, height=0.7, color=color)
+            ax.annotate(
+                f"{duration:.1f} s",
+                xy=(start + duration, row),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
+                fontsize=7,
+            )
+            labels.append(f"{heading}  {as_text(phase.phase)}" if i == 0 else as_text(phase.phase))
+            row += 1
+        critical = phases[phases["critical"].astype(bool)]
+        if len(critical):
+            path_s = float(critical["end_s"].max()) - origin
+            ax.axvline(path_s, color=CRITICAL_COLOR, lw=0.8, ls=":")
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the resize began (s)")
+    ax.set_ylabel("resize phase")
+    ax.grid(axis="x", alpha=0.3)
+    fig.legend(
+        handles=[
+            Patch(color=CRITICAL_COLOR, label="critical path (pipeline waits)"),
+            Patch(color=BACKGROUND_COLOR, label="background (overlapped with a step)"),
+        ],
+        loc="outside lower center",
+        ncols=2,
+        fontsize=8,
+    )
+    ax.set_title(title)
+    return fig
