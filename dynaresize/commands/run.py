@@ -157,10 +157,13 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
 def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
-    from dynaresize.executor.driver import run_live
+    from dynaresize.extras import require_live_extra
     from dynaresize.twin import default_out_dir
 
     with user_errors(config):
+        require_live_extra("--mode live")
+        from dynaresize.executor.driver import run_live
+
         if config is None:
             raise ConfigError("--mode live needs --config FILE with a `live:` section")
         if resume and out is None:

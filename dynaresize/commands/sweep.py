@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from dynaresize.commands.guard import user_errors
+from dynaresize.config_io import ConfigError
 
 SUMMARY_ROWS = 15
 
@@ -58,6 +59,13 @@ def sweep(
 
     target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
     with user_errors(config):
+        if address is not None:
+            from dynaresize.extras import missing_modules
+
+            if missing_modules(("ray",)):
+                raise ConfigError(
+                    "sweep --address needs Ray, in the `live` extra: pip install 'dynaresize[live]'"
+                )
         table = run_sweep(
             load_run_config(config),
             params=param,
