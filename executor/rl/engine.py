@@ -88,6 +88,31 @@ class GenerationOutput:
 Weights = Mapping[str, torch.Tensor] | torch.Tensor
 
 
+class EngineInputError(ValueError):
+    """A request does not fit the engine (too long, empty prompt, duplicate identity)."""
+
+
+def check_requests(
+    requests: Sequence[GenerationRequest], params: SamplingParams, *, max_seq_len: int
+) -> None:
+    """Raise `EngineInputError` naming the first request an engine cannot generate."""
+    identities = set()
+    for request in requests:
+        name = f"request (prompt {request.prompt_id}, sample {request.sample_index})"
+        if not request.prompt_token_ids:
+            raise EngineInputError(f"{name}: empty prompt")
+        total = len(request.prompt_token_ids) + params.max_new_tokens
+        if total > max_seq_len:
+            raise EngineInputError(
+                f"{name}: prompt {len(request.prompt_token_ids)} + max_new_tokens "
+                f"{params.max_new_tokens} exceeds max_seq_len {max_seq_len}"
+            )
+        identity = (request.prompt_id, request.sample_index)
+        if identity in identities:
+            raise EngineInputError(f"{name}: appears twice in one call")
+        identities.add(identity)
+
+
 @runtime_checkable
 class RolloutEngine(Protocol):
     """Generates samples for a batch of requests and takes new weights between calls."""

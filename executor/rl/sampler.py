@@ -24,12 +24,14 @@ from transformers import PreTrainedModel
 
 from .decoder import LeanDecoder
 from .engine import (
+    EngineInputError,
     FinishReason,
     GenerationOutput,
     GenerationRequest,
     GenerationResult,
     SamplingParams,
     Weights,
+    check_requests,
 )
 from .model import load_weights
 from .sampling import SamplingRule, choose_tokens, sample_keys, token_logprobs
@@ -58,8 +60,7 @@ class SamplerConfig(BaseModel):
     )
 
 
-class SamplerInputError(ValueError):
-    """A request does not fit the sampler (too long, empty prompt, duplicate identity)."""
+SamplerInputError = EngineInputError  # the name the sampler's callers know
 
 
 @dataclass
@@ -150,21 +151,7 @@ class KVCacheSampler:
     # -- internals -----------------------------------------------------------------------------
 
     def _check(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> None:
-        identities = set()
-        for request in requests:
-            name = f"request (prompt {request.prompt_id}, sample {request.sample_index})"
-            if not request.prompt_token_ids:
-                raise SamplerInputError(f"{name}: empty prompt")
-            total = len(request.prompt_token_ids) + params.max_new_tokens
-            if total > self.config.max_seq_len:
-                raise SamplerInputError(
-                    f"{name}: prompt {len(request.prompt_token_ids)} + max_new_tokens "
-                    f"{params.max_new_tokens} exceeds max_seq_len {self.config.max_seq_len}"
-                )
-            identity = (request.prompt_id, request.sample_index)
-            if identity in identities:
-                raise SamplerInputError(f"{name}: appears twice in one call")
-            identities.add(identity)
+        check_requests(requests, params, max_seq_len=self.config.max_seq_len)
 
     def _generate_wave(
         self,
