@@ -165,8 +165,9 @@ def _named_tensors(
 def _one_line(error: Exception) -> str:
     """The gist of vLLM's error in one line: a validation error's messages, else the last
     non-empty line of the message."""
-    if callable(getattr(error, "errors", None)):
-        return "; ".join(str(item.get("msg", item)) for item in error.errors())
+    errors = getattr(error, "errors", None)
+    if callable(errors):
+        return "; ".join(str(item.get("msg", item)) for item in errors())
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
 
