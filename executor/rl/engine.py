@@ -1,8 +1,9 @@
 """The rollout-engine interface: what a trainer-side driver needs from any generator.
 
-The project's own `KVCacheSampler` implements it; a vLLM or SGLang engine can implement it later
-without the driver changing. Requests carry their identity (prompt id, sample index) so that an
-engine can seed each sample from it and the driver can trace every sample back to its prompt.
+The project's own `KVCacheSampler`, Hugging Face `generate` (`HFGenerateEngine`) and vLLM
+(`VLLMEngine`) implement it, so the driver does not change with the engine. Requests carry their
+identity (prompt id, sample index) so that an engine can seed each sample from it and the driver
+can trace every sample back to its prompt.
 """
 
 from __future__ import annotations
@@ -50,13 +51,19 @@ class FinishReason(str, Enum):
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """One finished sample. `finish_s` is measured from the start of the `generate` call."""
+    """One finished sample. `finish_s` is measured from the start of the `generate` call.
+
+    `logprobs`, when the engine reports them, holds one entry per token of `token_ids`: the
+    log-probability of that token under the model's raw distribution (log-softmax of the logits,
+    before temperature and top-p), which is what a trainer recomputes to compare against.
+    """
 
     prompt_id: int
     sample_index: int
     token_ids: tuple[int, ...]
     finish_reason: FinishReason
     finish_s: float
+    logprobs: tuple[float, ...] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -79,6 +86,31 @@ class GenerationOutput:
 
 
 Weights = Mapping[str, torch.Tensor] | torch.Tensor
+
+
+class EngineInputError(ValueError):
+    """A request does not fit the engine (too long, empty prompt, duplicate identity)."""
+
+
+def check_requests(
+    requests: Sequence[GenerationRequest], params: SamplingParams, *, max_seq_len: int
+) -> None:
+    """Raise `EngineInputError` naming the first request an engine cannot generate."""
+    identities = set()
+    for request in requests:
+        name = f"request (prompt {request.prompt_id}, sample {request.sample_index})"
+        if not request.prompt_token_ids:
+            raise EngineInputError(f"{name}: empty prompt")
+        total = len(request.prompt_token_ids) + params.max_new_tokens
+        if total > max_seq_len:
+            raise EngineInputError(
+                f"{name}: prompt {len(request.prompt_token_ids)} + max_new_tokens "
+                f"{params.max_new_tokens} exceeds max_seq_len {max_seq_len}"
+            )
+        identity = (request.prompt_id, request.sample_index)
+        if identity in identities:
+            raise EngineInputError(f"{name}: appears twice in one call")
+        identities.add(identity)
 
 
 @runtime_checkable

@@ -24,15 +24,17 @@ from transformers import PreTrainedModel
 
 from .decoder import LeanDecoder
 from .engine import (
+    EngineInputError,
     FinishReason,
     GenerationOutput,
     GenerationRequest,
     GenerationResult,
     SamplingParams,
     Weights,
+    check_requests,
 )
 from .model import load_weights
-from .sampling import SamplingRule, choose_tokens, sample_keys
+from .sampling import SamplingRule, choose_tokens, sample_keys, token_logprobs
 
 
 class SamplerConfig(BaseModel):
@@ -58,8 +60,7 @@ class SamplerConfig(BaseModel):
     )
 
 
-class SamplerInputError(ValueError):
-    """A request does not fit the sampler (too long, empty prompt, duplicate identity)."""
+SamplerInputError = EngineInputError  # the name the sampler's callers know
 
 
 @dataclass
@@ -70,6 +71,7 @@ class _Row:
     key: int
     prompt_len: int
     tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
 
     @property
     def position(self) -> int:
@@ -100,7 +102,7 @@ class _GraphedStep:
         with torch.cuda.graph(self.graph, pool=pool):
             self.output = step(*self.inputs)
 
-    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+    def __call__(self, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         self.inputs.copy_(inputs, non_blocking=True)
         self.graph.replay()
         return self.output
@@ -149,21 +151,7 @@ class KVCacheSampler:
     # -- internals -----------------------------------------------------------------------------
 
     def _check(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> None:
-        identities = set()
-        for request in requests:
-            name = f"request (prompt {request.prompt_id}, sample {request.sample_index})"
-            if not request.prompt_token_ids:
-                raise SamplerInputError(f"{name}: empty prompt")
-            total = len(request.prompt_token_ids) + params.max_new_tokens
-            if total > self.config.max_seq_len:
-                raise SamplerInputError(
-                    f"{name}: prompt {len(request.prompt_token_ids)} + max_new_tokens "
-                    f"{params.max_new_tokens} exceeds max_seq_len {self.config.max_seq_len}"
-                )
-            identity = (request.prompt_id, request.sample_index)
-            if identity in identities:
-                raise SamplerInputError(f"{name}: appears twice in one call")
-            identities.add(identity)
+        check_requests(requests, params, max_seq_len=self.config.max_seq_len)
 
     def _generate_wave(
         self,
@@ -186,9 +174,10 @@ class KVCacheSampler:
             for i, r in enumerate(requests)
         ]
         prefill_start = time.perf_counter()
-        first_tokens = self._prefill(requests, rows, params)
-        for row, token in zip(rows, first_tokens, strict=True):
+        first_tokens, first_logprobs = self._prefill(requests, rows, params)
+        for row, token, logprob in zip(rows, first_tokens, first_logprobs, strict=True):
             row.tokens.append(token)
+            row.logprobs.append(logprob)
         output.prefill_s += time.perf_counter() - prefill_start
         finished: dict[int, GenerationResult] = {}
         decode_start = time.perf_counter()
@@ -198,11 +187,12 @@ class KVCacheSampler:
             num_live = sum(slot is not None for slot in slots)
             if self._bucket_size(num_live) < computed:  # drop finished rows from the cache
                 slots, computed = self._compact(slots)
-            new_tokens = self._decode(slots, computed, params)
+            new_tokens, new_logprobs = self._decode(slots, computed, params)
             output.active_batch_per_step.append(computed)
-            for slot, token in zip(slots, new_tokens, strict=False):
+            for slot, token, logprob in zip(slots, new_tokens, new_logprobs, strict=False):
                 if slot is not None:
                     slot.tokens.append(token)
+                    slot.logprobs.append(logprob)
             slots = self._retire(slots, requests, params, start, finished)
         output.decode_s += time.perf_counter() - decode_start
         output.results.extend(finished[i] for i in range(len(requests)))
@@ -214,10 +204,12 @@ class KVCacheSampler:
 
     def _prefill(
         self, requests: Sequence[GenerationRequest], rows: list[_Row], params: SamplingParams
-    ) -> list[int]:
-        """First token of every row; prompts go through the model `prefill_chunk_rows` at a
-        time, which bounds the prefill's attention memory (rows x prompt length squared)."""
+    ) -> tuple[list[int], list[float]]:
+        """First token of every row and its logprob; prompts go through the model
+        `prefill_chunk_rows` at a time, which bounds the prefill's attention memory (rows x
+        prompt length squared)."""
         tokens: list[int] = []
+        logprobs: list[float] = []
         chunk = self.config.prefill_chunk_rows
         for first in range(0, len(rows), chunk):
             chunk_rows = rows[first : first + chunk]
@@ -237,7 +229,8 @@ class KVCacheSampler:
                 rule=self.config.sampling_rule,
             )
             tokens += chosen.tolist()
-        return tokens
+            logprobs += token_logprobs(logits, chosen).tolist()
+        return tokens, logprobs
 
     def _retire(
         self,
@@ -266,6 +259,7 @@ class KVCacheSampler:
                 token_ids=tuple(row.tokens),
                 finish_reason=reason,
                 finish_s=now,
+                logprobs=tuple(row.logprobs),
             )
             kept.append(None)
         if all(row is None for row in kept):
@@ -288,26 +282,29 @@ class KVCacheSampler:
         self.decoder.cache.compact(torch.tensor(live, device=self.device), used_len=used_len)
         return rows, self._bucket_size(len(rows))
 
-    def _decode(self, slots: list[_Row | None], computed: int, params: SamplingParams) -> list[int]:
-        """One decode step over cache rows [0, computed). Dead and padding rows decode a dummy
-        token at position 0 of their own (unused) row."""
+    def _decode(
+        self, slots: list[_Row | None], computed: int, params: SamplingParams
+    ) -> tuple[list[int], list[float]]:
+        """One decode step over cache rows [0, computed): each row's token and its logprob. Dead
+        and padding rows decode a dummy token at position 0 of their own (unused) row."""
         inputs = torch.zeros(3, computed, dtype=torch.int64)
         for i, row in enumerate(slots):
             if row is not None:
                 inputs[0, i], inputs[1, i], inputs[2, i] = row.tokens[-1], row.position, row.key
         if self.use_graphs:
             inputs = inputs.to(self.device)
-            return self._graph_for(inputs, params)(inputs).tolist()
-        attn_len = int(inputs[1].max()) + 1
-        step = self._step_fn(params, attn_len=attn_len)
-        return step(*inputs.to(self.device)).tolist()
+            tokens, logprobs = self._graph_for(inputs, params)(inputs)
+        else:
+            attn_len = int(inputs[1].max()) + 1
+            tokens, logprobs = self._step_fn(params, attn_len=attn_len)(*inputs.to(self.device))
+        return tokens.tolist(), logprobs.tolist()
 
     def _step_fn(self, params: SamplingParams, *, attn_len: int) -> Callable:
         decoder = self.decoder
 
         def step(tokens: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor):
             logits = decoder.decode(tokens, positions, attn_len=attn_len)
-            return choose_tokens(
+            chosen = choose_tokens(
                 logits,
                 keys=keys,
                 positions=positions + 1,
@@ -315,6 +312,7 @@ class KVCacheSampler:
                 top_p=params.top_p,
                 rule=self.config.sampling_rule,
             )
+            return chosen, token_logprobs(logits, chosen)
 
         return step
 

@@ -108,6 +108,14 @@ def choose_tokens(
     return order.gather(-1, _invert_cdf(nucleus, uniforms).unsqueeze(-1)).squeeze(-1)
 
 
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[token] per row (float32): the chosen tokens' log-probabilities under
+    the raw distribution, before temperature and top-p, as a trainer recomputes them."""
+    logits = logits.float()
+    chosen = logits.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    return chosen - torch.logsumexp(logits, dim=-1)
+
+
 def _invert_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Index i with cdf[i-1] <= u * total < cdf[i]; zero-weight entries are never chosen."""
     cdf = torch.cumsum(weights, dim=-1)

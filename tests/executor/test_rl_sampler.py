@@ -208,6 +208,11 @@ def test_cuda_graph_decoding_matches_eager():
         for graphs in (True, False)
     ]
     assert [r.token_ids for r in outputs[0].results] == [r.token_ids for r in outputs[1].results]
+    for graphed, eager in zip(outputs[0].results, outputs[1].results, strict=True):
+        assert graphed.logprobs is not None and eager.logprobs is not None
+        assert torch.allclose(
+            torch.tensor(graphed.logprobs), torch.tensor(eager.logprobs), atol=1e-4
+        )
 
 
 def test_gumbel_max_resists_last_bit_changes_of_the_logits():
