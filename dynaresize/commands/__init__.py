@@ -1,4 +1,8 @@
-"""Subcommands of the CLI, one module each; every module exposes `register(app)`."""
+"""Subcommands of the CLI, one module each; every module exposes `register(app)`.
+
+Commands may import every package of the project; they resolve config names and option
+combinations, then call the packages' front doors.
+"""
 
 from __future__ import annotations
 

@@ -15,4 +15,7 @@ Ray workers. The pieces are small on purpose so that a worker can call just the 
 
 The one GRPO loop is the live executor's (`executor/driver.py` with its trainer and rollout
 roles); there is no second, single-process loop here.
+
+It may import `dynaresize.config_io`; torch and transformers are imported by the modules that
+compute (`model_spec` and `settings` import neither).
 """

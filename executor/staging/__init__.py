@@ -19,6 +19,8 @@ from its destination's, so bytes can never land in the wrong tensor.
 
 By job: `config` (pool size, peer timeout, the error), `plan` (the chunk plan and its digest),
 `ring` (the shared-memory segment and its pipes), `transfer` (`StagingPool`, `StagingSender`).
+
+It imports torch and nothing else of the project: any worker side can stage through it.
 """
 
 from .config import MIB, StagingConfig, StagingError

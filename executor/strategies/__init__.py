@@ -8,4 +8,7 @@
 
 `catalog.build_strategy` picks one by its config name. `plan` is the slice re-cut plan and
 `measure` says how a resize is measured.
+
+Strategies may import the rest of `dynaresize.executor`, `dynaresize.policies` and
+`dynaresize.traces`; the twin only through the executor's cost estimates.
 """
