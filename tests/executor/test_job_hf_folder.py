@@ -202,3 +202,26 @@ def test_bad_dtype_and_unloadable_weights(tmp_path, qwen_folder):
     (copy / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(ModelFolderError, match="transformers cannot load this qwen2 model"):
         load_model(copy)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_on_cuda_a_loaded_folder_exports_the_policy_it_generates_with(tmp_path, qwen_folder, dtype):
+    loaded = load_model_folder(qwen_folder, dtype=dtype, device="cuda")
+    policy = loaded.model
+    assert next(policy.parameters()).device.type == "cuda"
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for param in policy.parameters():
+            noise = torch.randn(param.shape, generator=generator).to(param.device, param.dtype)
+            param.add_(0.5 * noise)
+    out = export_hf_folder(policy, loaded.tokenizer, tmp_path / "export")
+    reloaded = load_model_folder(out, dtype=dtype, device="cuda").model
+    assert next(reloaded.parameters()).dtype == getattr(torch, dtype)
+    for (name, a), (_, b) in zip(
+        policy.state_dict().items(), reloaded.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    prompts = prompt_ids(loaded.tokenizer)
+    assert sampler_greedy(reloaded, prompts) == sampler_greedy(policy, prompts)
