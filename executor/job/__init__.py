@@ -1,0 +1,21 @@
+"""A user's own RL job: a local Hugging Face model folder, prompts in veRL's dataset format and a
+reward function, in the formats a veRL user already has.
+
+What it is for: turning those three inputs into what the live executor consumes (token ids of
+prompts drawn in a reproducible order, a float reward per sample, a model with its tokenizer) and
+writing a trained policy back out as a Hugging Face folder. Each module does one of these:
+
+- `config`:         `DataConfig`, `RewardConfig` (pure pydantic: importable without torch).
+- `dataset_files`:  read and check the rows of Parquet / JSONL files (no tokenizer needed).
+- `dataset`:        render and tokenize the rows, apply the prompt length limit.
+- `prompt_sampler`: the order prompts are drawn in: seeded shuffles, epochs, a restorable position.
+- `reward`:         load a user's `compute_score` (or a built-in) and call it safely.
+- `builtin_rewards`: exact match on a final number (`#### 42`), and the repeat task's verifier.
+- `hf_folder`:      check and load a local model folder; export a trained policy as one.
+- `char_model`:     a character-level tokenizer and a tiny Qwen2/Llama folder built locally.
+
+What it may import: `dynaresize.config_io`, the RL core's task (`executor.rl.task`, for the
+repeat verifier), pydantic, numpy, pyarrow; torch and transformers only inside the functions that
+load or write models and tokenizers, so that `config`, `dataset_files`, `prompt_sampler` and the
+checks of `hf_folder` run before (and without) Ray or torch.
+"""
