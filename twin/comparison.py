@@ -196,6 +196,7 @@ def _write_run(
         result.resizes,
         decisions=result.decisions,
         run_name=f"{config.name}: {name}",
+        pipeline_mode=config.pipeline.mode,
     )
     if timeline_png:
         _write_timeline(folder / "timeline.png", result, title=f"{config.name}: {name}")
