@@ -25,6 +25,15 @@ def _sweep_axes(table: pd.DataFrame, x: str | None, y: str | None) -> tuple[str,
     return chosen[0], chosen[1]
 
 
+def _swept_rows(table: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The runs that took values of both parameters: a policy without the swept knob runs at
+    its own settings with those columns empty (a reference row), and has no cell."""
+    swept = table[table[x].notna() & table[y].notna()]
+    if swept.empty:
+        raise ValueError(f"no run of the sweep table has values of both {x} and {y}")
+    return swept
+
+
 def _short(path: str) -> str:
     return path.rsplit(".", 1)[-1]
 
@@ -51,6 +60,7 @@ def plot_sweep_heatmap(
     """
     x, y = _sweep_axes(table, x, y)
     require_columns(table, [x, y, value], "sweep table")
+    table = _swept_rows(table, x, y)
     grid = table.pivot_table(index=y, columns=x, values=value, aggfunc="mean").sort_index()
     grid = grid.sort_index(axis=1)
     fig = new_figure(width_in=3.8 + 0.9 * grid.shape[1], height_in=2.2 + 0.5 * grid.shape[0])
@@ -97,6 +107,7 @@ def plot_sweep_scatter(
     """
     x, y = _sweep_axes(table, x, y)
     require_columns(table, [x, y, value], "sweep table")
+    table = _swept_rows(table, x, y)
     points = table.groupby([x, y], sort=True)[value].mean().reset_index()
     fig = new_figure(width_in=7.5, height_in=5)
     ax = fig.subplots()
