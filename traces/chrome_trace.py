@@ -7,10 +7,18 @@ Open the JSON in https://ui.perfetto.dev or chrome://tracing. Three processes:
 - "Resizes": one track per phase name, critical and background phases told apart by category,
   plus the policy's decisions as instant events when decision records are given.
 
-Schema v1 records a stage's duration, not its start, so stage spans are anchored where the
-pipeline puts them: training at the step's start, weight sync ending at the step's end, and
-rollout at the step's start (in one-step-off mode that is the rollout overlapping training, whose
-duration the record of the next step holds; the span's args name the batch it produced).
+Schema v1 records a stage's duration, not its start, so stage spans are placed where the pipeline
+puts them, given its mode: in `sync` (and `colocated`) rollout, training and weight sync follow
+each other; in `one_step_off` the rollout of batch k+1 runs beside training on batch k (the first
+step generates batch 0 first), so a step's rollout span is the next batch's; the weight sync
+always ends the step. In `async` mode, or when the mode is not given, rollout and training are
+anchored at the step's start: rollout runs ahead of training there, and when they are not known
+exactly the spans of one track may overlap.
+
+Every track nests, as the viewers expect: here every span is work of its own, so a track is a
+sequence of spans that do not overlap. Where spans of one track would (a rollout still running
+when the next one is drawn, a background phase of one resize outliving the next resize), the
+later ones go to extra tracks of the same name, numbered "(2)", "(3)", ...
 Imports nothing of the project but `traces/` itself.
 """
 
@@ -22,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .phases import PhaseName
+from .phases import PhaseName, PipelineMode
 
 MICROSECONDS_PER_S = 1_000_000.0
 GPU_PID = 1
@@ -30,6 +38,10 @@ PIPELINE_PID = 2
 RESIZE_PID = 3
 STAGE_TRACKS = {"step": 0, "rollout": 1, "train": 2, "sync": 3}
 DECISION_TID = len(PhaseName)
+LANE_TID_STRIDE = 1000
+"""Extra tracks of a track with tid T get tids T + 1000, T + 2000, ...: clear of every base tid."""
+NESTING_TOLERANCE_US = 0.01
+"""Spans that touch within this (rounding of the microsecond clock) count as touching."""
 
 
 def _rows(records: Any) -> list[dict[str, Any]]:
@@ -60,13 +72,16 @@ def _us(seconds: float) -> float:
 def _span(
     name: str, *, pid: int, tid: int, start_s: float, end_s: float, cat: str, args: dict
 ) -> dict[str, Any]:
+    # Both ends on the rounded clock, so that a span ending where the next begins touches it
+    # exactly instead of overlapping it by a rounding error.
+    start_us = _us(start_s)
     return {
         "name": name,
         "ph": "X",
         "pid": pid,
         "tid": tid,
-        "ts": _us(start_s),
-        "dur": _us(max(0.0, end_s - start_s)),
+        "ts": start_us,
+        "dur": round(max(0.0, _us(end_s) - start_us), 3),
         "cat": cat,
         "args": args,
     }
@@ -158,11 +173,55 @@ def _optional_int(value: Any) -> int | None:
     return int(value) if _present(value) else None
 
 
-def _stage_events(steps: list[dict]) -> list[dict]:
+StageSpan = tuple[str, float, float, dict[str, Any]]
+"""(stage, start_s, end_s, extra args) of one stage span."""
+
+
+def _stage_windows(steps: list[dict], mode: PipelineMode | None) -> list[list[StageSpan]]:
+    """Per step, its stage spans, placed as the pipeline of `mode` runs them."""
+    windows = []
+    for i, step in enumerate(steps):
+        k = int(step["step"])
+        start, end = float(step["start_s"]), float(step["end_s"])
+        rollout_s, train_s = float(step["rollout_s"]), float(step["train_s"])
+        batch = {"rollout_batch_id": _batch_id(step)}
+        sync: StageSpan = ("sync", end - float(step["sync_s"]), end, {})
+        spans: list[StageSpan]
+        if mode in (PipelineMode.SYNC, PipelineMode.COLOCATED):
+            train_start = start + rollout_s
+            spans = [("rollout", start, train_start, batch)]
+        elif mode is PipelineMode.ONE_STEP_OFF:
+            previous = steps[i - 1] if i else None
+            follows = previous is not None and int(previous["step"]) == k - 1
+            spans = []
+            train_start = start
+            if not follows:  # the run's first step (or a gap): this batch is generated first
+                spans.append(("rollout", start, start + rollout_s, batch))
+                train_start = start + rollout_s
+            following = steps[i + 1] if i + 1 < len(steps) else None
+            if following is not None and int(following["step"]) == k + 1:
+                next_end = train_start + float(following["rollout_s"])
+                spans.append(
+                    ("rollout", train_start, next_end, {"rollout_batch_id": _batch_id(following)})
+                )
+        else:
+            train_start = start
+            spans = [("rollout", start, start + rollout_s, batch)]
+        spans += [("train", train_start, train_start + train_s, {}), sync]
+        windows.append(spans)
+    return windows
+
+
+def _batch_id(step: Mapping[str, Any]) -> int:
+    batch = step.get("rollout_batch_id")
+    return int(batch) if batch is not None and _present(batch) else int(step["step"])
+
+
+def _stage_events(steps: list[dict], mode: PipelineMode | None) -> list[dict]:
     events: list[dict] = []
     for name, tid in STAGE_TRACKS.items():
         events += _metadata(PIPELINE_PID, tid, name, tid)
-    for step in steps:
+    for step, spans in zip(steps, _stage_windows(steps, mode), strict=True):
         k = int(step["step"])
         start, end = float(step["start_s"]), float(step["end_s"])
         allocation = f"{int(step['train_gpus'])}:{int(step['rollout_gpus'])}"
@@ -178,27 +237,70 @@ def _stage_events(steps: list[dict]) -> list[dict]:
                 args={**common, "tokens": int(step.get("tokens", 0))},
             )
         )
-        stages = [
-            ("rollout", start, start + float(step["rollout_s"])),
-            ("train", start, start + float(step["train_s"])),
-            ("sync", end - float(step["sync_s"]), end),
-        ]
-        for name, lo, hi in stages:
-            args = dict(common)
-            if name == "rollout" and "rollout_batch_id" in step:
-                args["rollout_batch_id"] = int(step["rollout_batch_id"])
+        for name, lo, hi, extra in spans:
+            label = k if name != "rollout" else extra["rollout_batch_id"]
             events.append(
                 _span(
-                    f"{name} {k}",
+                    f"{name} {label}",
                     pid=PIPELINE_PID,
                     tid=STAGE_TRACKS[name],
                     start_s=lo,
                     end_s=hi,
                     cat="stage",
-                    args=args,
+                    args={**common, **extra},
                 )
             )
     return events
+
+
+def _lanes(spans: list[dict]) -> list[int]:
+    """Lane of each span (0 = the track itself) such that no two spans of a lane overlap.
+
+    Every span of this trace is work of its own, never a part of another, so a track holds a
+    sequence: a span goes to the first lane whose last span has ended by its start (spans taken
+    by start), else to a new lane. Disjoint spans nest trivially.
+    """
+    order = sorted(range(len(spans)), key=lambda i: (spans[i]["ts"], -spans[i]["dur"]))
+    lane_ends: list[float] = []
+    lanes = [0] * len(spans)
+    for i in order:
+        start = spans[i]["ts"]
+        end = start + spans[i]["dur"]
+        free = [
+            j for j, lane_end in enumerate(lane_ends) if lane_end <= start + NESTING_TOLERANCE_US
+        ]
+        lane = free[0] if free else len(lane_ends)
+        if not free:
+            lane_ends.append(end)
+        lane_ends[lane] = end
+        lanes[i] = lane
+    return lanes
+
+
+def _nest_tracks(events: list[dict]) -> list[dict]:
+    """Move the spans that would break a track's nesting onto extra tracks of the same name."""
+    names: dict[tuple[int, int], tuple[str, int]] = {}
+    for e in events:
+        if e["ph"] == "M" and e["name"] == "thread_name":
+            names[(e["pid"], e["tid"])] = (e["args"]["name"], 0)
+        elif e["ph"] == "M" and e["name"] == "thread_sort_index":
+            name, _ = names.get((e["pid"], e["tid"]), ("", 0))
+            names[(e["pid"], e["tid"])] = (name, e["args"]["sort_index"])
+    tracks: dict[tuple[int, int], list[dict]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
+    extra: list[dict] = []
+    for (pid, tid), spans in tracks.items():
+        lanes = _lanes(spans)
+        for span, lane in zip(spans, lanes, strict=True):
+            span["tid"] = tid + LANE_TID_STRIDE * lane
+        name, sort_index = names.get((pid, tid), (str(tid), tid))
+        for lane in range(1, max(lanes) + 1):
+            extra += _metadata(
+                pid, tid + LANE_TID_STRIDE * lane, f"{name} ({lane + 1})", sort_index
+            )
+    return events + extra
 
 
 def _phase_tid(phase: str) -> int:
@@ -280,9 +382,19 @@ def _resize_windows(resizes: list[dict]) -> dict[int, tuple[float, float]]:
 
 
 def chrome_trace(
-    steps: Any, resizes: Any = None, *, decisions: Any = None, run_name: str = "dynaresize run"
+    steps: Any,
+    resizes: Any = None,
+    *,
+    decisions: Any = None,
+    run_name: str = "dynaresize run",
+    pipeline_mode: PipelineMode | str | None = None,
 ) -> dict[str, Any]:
-    """Build the Chrome-trace JSON object of one run from its records (DataFrames or lists)."""
+    """Build the Chrome-trace JSON object of one run from its records (DataFrames or lists).
+
+    `pipeline_mode` (the run's `RunMeta.pipeline_mode`) places the stage spans as that pipeline
+    runs them; without it they are anchored at each step's start (see the module doc).
+    """
+    mode = PipelineMode(pipeline_mode) if pipeline_mode is not None else None
     step_rows = sorted(_rows(steps), key=lambda s: int(s["step"]))
     if not step_rows:
         raise ValueError("a Chrome trace needs at least one step record")
@@ -290,13 +402,13 @@ def chrome_trace(
     events = _metadata(GPU_PID, None, "GPUs (role over time)", 0)
     events += _metadata(PIPELINE_PID, None, "Pipeline (steps and stages)", 0)
     events += _device_role_events(step_rows, _resize_windows(resize_rows))
-    events += _stage_events(step_rows)
+    events += _stage_events(step_rows, mode)
     if resize_rows or decisions is not None:
         events += _metadata(RESIZE_PID, None, "Resizes (phases and decisions)", 0)
     events += _resize_events(resize_rows)
     events += _decision_events(_rows(decisions))
     return {
-        "traceEvents": events,
+        "traceEvents": _nest_tracks(events),
         "displayTimeUnit": "ms",
         "otherData": {"run": run_name, "clock": "seconds since the run began, as microseconds"},
     }
@@ -309,9 +421,12 @@ def write_chrome_trace(
     *,
     decisions: Any = None,
     run_name: str = "dynaresize run",
+    pipeline_mode: PipelineMode | str | None = None,
 ) -> Path:
     """Write the run's Chrome trace to `path` (JSON); returns the path written."""
-    trace = chrome_trace(steps, resizes, decisions=decisions, run_name=run_name)
+    trace = chrome_trace(
+        steps, resizes, decisions=decisions, run_name=run_name, pipeline_mode=pipeline_mode
+    )
     target = Path(path)
     target.write_text(json.dumps(trace, separators=(",", ":"), allow_nan=False))
     return target

@@ -164,7 +164,11 @@ def default_out_dir(runs_dir: str | Path) -> Path:
     return candidate
 
 
-def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool) -> None:
+def _write_run(
+    folder: Path, name: str, result: SimResult, samples: pd.DataFrame, *, timeline_png: bool
+) -> None:
+    """One run's folder: its trace tables (with the workload's samples, so the folder can be
+    replayed or calibrated from with the lengths simulated), summary and Chrome trace."""
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -177,7 +181,13 @@ def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool
     )
     write_trace(
         folder,
-        Trace(meta=meta, steps=result.steps, resizes=result.resizes, decisions=result.decisions),
+        Trace(
+            meta=meta,
+            steps=result.steps,
+            resizes=result.resizes,
+            decisions=result.decisions,
+            samples=samples,
+        ),
     )
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
@@ -186,6 +196,7 @@ def _write_run(folder: Path, name: str, result: SimResult, *, timeline_png: bool
         result.resizes,
         decisions=result.decisions,
         run_name=f"{config.name}: {name}",
+        pipeline_mode=config.pipeline.mode,
     )
     if timeline_png:
         _write_timeline(folder / "timeline.png", result, title=f"{config.name}: {name}")
@@ -252,13 +263,20 @@ def write_comparison(
     with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
-        _write_run(staging, first, comparison.runs[first], timeline_png=timeline_png)
+        from .trace_source import workload_samples  # here: it brings in the log importers
+
+        samples = workload_samples(comparison.context.workload)  # one workload for every run
+        _write_run(staging, first, comparison.runs[first], samples, timeline_png=timeline_png)
         if len(names) > 1:
             # One picture per run folder is enough to read it; drawing one per policy would
             # cost more than simulating them.
             for name in names:
                 _write_run(
-                    staging / "policies" / name, name, comparison.runs[name], timeline_png=False
+                    staging / "policies" / name,
+                    name,
+                    comparison.runs[name],
+                    samples,
+                    timeline_png=False,
                 )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)

@@ -140,17 +140,24 @@ def test_overrides_reach_nested_fields_and_are_validated(config):
         apply_overrides(config, {"policies.9.cooldown_steps": 1})
 
 
-def test_only_policies_with_the_swept_knob_take_part(config):
+def test_policies_without_the_swept_knob_run_once_at_their_own_settings(config):
     plan = plan_sweep(config, params=["policy.cooldown_steps=2,8"], seeds=1)
-    assert {r.policy_kind for r in plan.runs} == {"hysteresis"}
+    swept = [r for r in plan.runs if r.policy_kind == "hysteresis"]
+    assert [r.point for r in swept] == [{"policy.cooldown_steps": 2}, {"policy.cooldown_steps": 8}]
+    reference = [r for r in plan.runs if r.policy_kind != "hysteresis"]
+    assert [(r.policy_kind, r.point) for r in reference] == [("static", {}), ("greedy", {})]
+    assert len(plan.notes) == 2
+    assert all("has no cooldown_steps" in n for n in plan.notes)
     plan = plan_sweep(config, seeds=1)
+    assert plan.notes == []
     assert [r.policy_kind for r in plan.runs] == ["static", "hysteresis", "greedy"]
     with pytest.raises(ConfigError, match="no configured policy"):
         plan_sweep(config, params=["policy.no_such_knob=1"])
 
 
 def test_table_has_one_row_per_run_matching_single_simulations(config, grid_table):
-    assert len(grid_table) == 2 * 2 * 2  # cooldowns x thresholds x seeds
+    # cooldowns x thresholds x seeds, and static and greedy once per seed
+    assert len(grid_table) == 2 * 2 * 2 + 2 * 2
     assert list(grid_table.columns[:2]) == ["policy.cooldown_steps", "policy.up_threshold"]
     row = grid_table[
         (grid_table["policy.cooldown_steps"] == 8)
@@ -197,7 +204,7 @@ def test_baselines_are_built_once_per_workload_and_seed(config, monkeypatch):
         jobs=1,
         progress=False,
     )
-    assert len(table) == 3 * 2 * 2
+    assert len(table) == 3 * 2 * 2 + 2 * 2 * 2  # static and greedy once per workload and seed
     assert sorted(built) == sorted(
         (w, s) for w in ("low_variance", "high_variance") for s in (0, 1)
     )
@@ -213,7 +220,9 @@ def test_random_sweep_is_deterministic(config):
     first = run_sweep(config, progress=False, **kwargs)
     second = run_sweep(config, progress=False, **kwargs)
     pd.testing.assert_frame_equal(first, second)
-    assert first["policy.cooldown_steps"].between(0, 20).all()
+    swept = first[first["policy"] == "hysteresis"]
+    assert len(swept) == 3 and swept["policy.cooldown_steps"].between(0, 20).all()
+    assert first.loc[first["policy"] != "hysteresis", "policy.cooldown_steps"].isna().all()
 
 
 def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid_table):
@@ -240,7 +249,7 @@ def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid
     calls.clear()
     wider = ["policy.cooldown_steps=2,8,16", "policy.up_threshold=0.05,0.3"]
     bigger = run_sweep(config, params=wider, seeds=2, out=tmp_path, jobs=1, progress=False)
-    assert len(bigger) == 12 and len(calls) == 4  # only cooldown 16 is new
+    assert len(bigger) == 16 and len(calls) == 4  # only cooldown 16 is new
 
 
 def _ray_pool_address(request) -> str:
@@ -287,7 +296,7 @@ def test_cli_writes_table_and_heatmap(tmp_path, config):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     table = pd.read_parquet(out / "results.parquet")
-    assert len(table) == 4 and (out / "heatmap.png").stat().st_size > 0
+    assert len(table) == 4 + 2 and (out / "heatmap.png").stat().st_size > 0
     assert "speedup" in result.output
 
 
@@ -327,6 +336,7 @@ def test_calibrated_costs_change_the_runs_as_in_a_single_simulation(config, tmp_
     costly = run_sweep(
         config, params=["policy.cooldown_steps=4"], costs=costs_path, jobs=1, progress=False
     )
+    plain, costly = (t[t["policy"] == "hysteresis"] for t in (plain, costly))
     assert costly["run_key"].iloc[0] != plain["run_key"].iloc[0]
     calibrated = load_costs(costs_path, base=config.costs)
     resolved = apply_overrides(

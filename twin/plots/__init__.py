@@ -2,7 +2,8 @@
 
 Every function takes DataFrames whose columns are the trace schema v1 fields
 (`StepRecord`, `ResizePhaseRecord`, `DecisionRecord` in `dynaresize.traces.schema`) or a sweep
-table, and returns a matplotlib `Figure` drawn on the Agg canvas. Nothing here touches pyplot's
+table, and returns a matplotlib `Figure` drawn on the Agg canvas. Every one takes an optional
+`title=` keyword; without it the figure is headed by what it shows. Nothing here touches pyplot's
 global state, so plots can be made from worker processes, tests and notebooks alike, and a twin
 run and a live run are drawn by the very same code. Callers save with `fig.savefig(path)`.
 

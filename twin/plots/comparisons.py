@@ -25,23 +25,42 @@ def _sweep_axes(table: pd.DataFrame, x: str | None, y: str | None) -> tuple[str,
     return chosen[0], chosen[1]
 
 
+def _swept_rows(table: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The runs that took values of both parameters: a policy without the swept knob runs at
+    its own settings with those columns empty (a reference row), and has no cell."""
+    swept = table[table[x].notna() & table[y].notna()]
+    if swept.empty:
+        raise ValueError(f"no run of the sweep table has values of both {x} and {y}")
+    return swept
+
+
 def _short(path: str) -> str:
     return path.rsplit(".", 1)[-1]
+
+
+def _sweep_title(value: str, x: str, y: str) -> str:
+    """The heading of a sweep figure when the caller gives none."""
+    return f"{value} by {_short(x)} and {_short(y)}"
 
 
 def plot_sweep_heatmap(
     table: pd.DataFrame,
     *,
-    title: str,
+    title: str | None = None,
     x: str | None = None,
     y: str | None = None,
     value: str = "speedup",
     value_label: str = "speedup against the best static split (×)",
 ) -> Figure:
     """Mean of `value` over every run that shares an (x, y) cell (seeds, workloads), e.g.
-    cooldown by threshold coloured by speedup; the number in each cell is that mean."""
+    cooldown by threshold coloured by speedup; the number in each cell is that mean.
+
+    `x` and `y` default to the first two swept parameters; `title` heads the figure (without
+    one it names the value and the two parameters).
+    """
     x, y = _sweep_axes(table, x, y)
     require_columns(table, [x, y, value], "sweep table")
+    table = _swept_rows(table, x, y)
     grid = table.pivot_table(index=y, columns=x, values=value, aggfunc="mean").sort_index()
     grid = grid.sort_index(axis=1)
     fig = new_figure(width_in=3.8 + 0.9 * grid.shape[1], height_in=2.2 + 0.5 * grid.shape[0])
@@ -67,6 +86,7 @@ def plot_sweep_heatmap(
     ax.set_ylabel(_axis_label(y))
     fig.colorbar(image, ax=ax, label=value_label)
     runs_per_cell = len(table) / max(1, cells.size)
+    title = title if title is not None else _sweep_title(value, x, y)
     ax.set_title(f"{title}\n(mean over {runs_per_cell:g} runs per cell)", fontsize=10)
     return fig
 
@@ -74,16 +94,20 @@ def plot_sweep_heatmap(
 def plot_sweep_scatter(
     table: pd.DataFrame,
     *,
-    title: str,
+    title: str | None = None,
     x: str | None = None,
     y: str | None = None,
     value: str = "speedup",
     value_label: str = "speedup against the best static split (×)",
 ) -> Figure:
     """A random sweep's points (x, y), each the mean of `value` over the runs at that point
-    (seeds, workloads), coloured by it: the heatmap's counterpart when values do not repeat."""
+    (seeds, workloads), coloured by it: the heatmap's counterpart when values do not repeat.
+
+    `x`, `y` and `title` as for `plot_sweep_heatmap`.
+    """
     x, y = _sweep_axes(table, x, y)
     require_columns(table, [x, y, value], "sweep table")
+    table = _swept_rows(table, x, y)
     points = table.groupby([x, y], sort=True)[value].mean().reset_index()
     fig = new_figure(width_in=7.5, height_in=5)
     ax = fig.subplots()
@@ -100,6 +124,7 @@ def plot_sweep_scatter(
     ax.set_ylabel(_axis_label(y))
     ax.grid(alpha=0.3)
     fig.colorbar(drawn, ax=ax, label=value_label)
+    title = title if title is not None else _sweep_title(value, x, y)
     ax.set_title(f"{title}\n({len(points)} points, {len(table)} runs)", fontsize=10)
     return fig
 
@@ -153,7 +178,7 @@ def transitions_from_breakeven(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_breakeven_curve(
-    transitions: pd.DataFrame, *, title: str, max_steps: int | None = None
+    transitions: pd.DataFrame, *, title: str | None = None, max_steps: int | None = None
 ) -> Figure:
     """Net time saved after n steps on the new allocation, n * saving - resize cost, one line
     per transition: where it crosses zero the resize has paid for itself (break-even).
@@ -162,6 +187,8 @@ def plot_breakeven_curve(
     `6:2→4:4`), `resize_critical_s` and `saving_per_step_s`; optional `saving_low_s` and
     `saving_high_s` (a confidence interval of the saving) draw a band. The break-even analysis's
     own table (`twin.analysis.BreakevenReport.transitions_frame()`) is accepted as it is.
+    `max_steps` ends the horizontal axis (default: 2.5 times the longest break-even); `title`
+    heads the figure (without one it says what is drawn).
     """
     if "mean_saving_per_step_s" in transitions.columns:
         transitions = transitions_from_breakeven(transitions)
@@ -204,20 +231,23 @@ def plot_breakeven_curve(
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     else:
         ax.legend(loc="upper left", fontsize=8)
-    ax.set_title(title)
+    ax.set_title(title if title is not None else "Net time saved after a resize, per move")
     return fig
 
 
 def plot_policy_comparison(
     table: pd.DataFrame,
     *,
-    title: str,
+    title: str | None = None,
     metric: str = "total_time_s",
     metric_label: str = "total time (s)",
     by: str = "policy",
 ) -> Figure:
     """Mean of `metric` per policy (or any column `by`) with error bars of one standard
-    deviation over the runs that share it (seeds), the number of runs printed on each bar."""
+    deviation over the runs that share it (seeds), the number of runs printed on each bar.
+
+    `title` heads the figure; without one it names the metric and what the bars are.
+    """
     require_columns(table, [by, metric], "table")
     if table.empty:
         raise ValueError("table is empty: nothing to plot")
@@ -251,5 +281,5 @@ def plot_policy_comparison(
     ax.set_ylabel(metric_label)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    ax.set_title(title)
+    ax.set_title(title if title is not None else f"{metric_label} by {by}")
     return fig

@@ -79,6 +79,11 @@ def _resize_boundaries(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.
     )
 
 
+def run_title(steps: pd.DataFrame, boundaries: pd.DataFrame) -> str:
+    """The heading of a run's figure when the caller gives none: its size and its resizes."""
+    return f"Run of {len(steps)} steps, {len(boundaries)} resize(s)"
+
+
 def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ordered = steps.sort_values("step")
     x = ordered["step"].to_numpy()
@@ -147,10 +152,13 @@ def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
 
 
 def plot_timeline(
-    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str
+    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str | None = None
 ) -> Figure:
     """Step time of every step with resize markers (the paper's Fig. 4b), and the allocation
-    over run time below it, so a spike can be read against the move that caused it."""
+    over run time below it, so a spike can be read against the move that caused it.
+
+    `title` heads the figure; without one it says how many steps and resizes the run has.
+    """
     require_columns(steps, TIMELINE_STEP_COLUMNS, "steps")
     if steps.empty:
         raise ValueError("steps is empty: nothing to plot")
@@ -161,7 +169,7 @@ def plot_timeline(
     top.set_title("Step time per training step")
     _draw_allocation(bottom, steps, boundaries)
     bottom.set_title("Allocation over time (train + rollout GPUs)")
-    fig.suptitle(title)
+    fig.suptitle(title if title is not None else run_title(steps, boundaries))
     return fig
 
 
@@ -195,10 +203,13 @@ def _draw_device_roles(ax, steps: pd.DataFrame) -> None:
 
 
 def plot_allocation(
-    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str
+    steps: pd.DataFrame, resizes: pd.DataFrame | None = None, *, title: str | None = None
 ) -> Figure:
     """GPUs per role over run time, and the role of every single GPU (the device-to-role map),
-    so one can see which devices moved and how long the pipeline stalled while they did."""
+    so one can see which devices moved and how long the pipeline stalled while they did.
+
+    `title` heads the figure; without one it says how many steps and resizes the run has.
+    """
     require_columns(steps, [*TIMELINE_STEP_COLUMNS, "device_roles"], "steps")
     if steps.empty:
         raise ValueError("steps is empty: nothing to plot")
@@ -209,17 +220,24 @@ def plot_allocation(
     top.set_title("GPUs per role")
     _draw_device_roles(bottom, steps)
     bottom.set_title("Role of each GPU")
-    fig.suptitle(title)
+    fig.suptitle(title if title is not None else run_title(steps, boundaries))
     return fig
 
 
-def plot_resize_gantt(resizes: pd.DataFrame, *, title: str, max_resizes: int | None = 6) -> Figure:
+def plot_resize_gantt(
+    resizes: pd.DataFrame, *, title: str | None = None, max_resizes: int | None = 6
+) -> Figure:
     """Phases of each resize on a clock that starts when the resize starts (the paper's Fig. 6):
-    critical-path phases (the pipeline waits) apart from background ones (overlapped)."""
+    critical-path phases (the pipeline waits) apart from background ones (overlapped).
+
+    At most `max_resizes` resizes, the first ones (None: all). `title` heads the figure; without
+    one it says how many resizes are drawn.
+    """
     require_columns(resizes, GANTT_RESIZE_COLUMNS, "resizes")
     if resizes.empty:
         raise ValueError("resizes is empty: no resize phases to plot")
     ids = sorted(resizes["resize_id"].unique())
+    num_resizes = len(ids)
     if max_resizes is not None:
         ids = ids[:max_resizes]
     num_rows = int(resizes["resize_id"].isin(ids).sum())
@@ -268,5 +286,8 @@ def plot_resize_gantt(resizes: pd.DataFrame, *, title: str, max_resizes: int | N
         ncols=2,
         fontsize=8,
     )
+    if title is None:
+        shown = f"the first {len(ids)} of" if len(ids) < num_resizes else "all"
+        title = f"Phases of {shown} {num_resizes} resize(s)"
     ax.set_title(title)
     return fig

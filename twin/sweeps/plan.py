@@ -1,7 +1,9 @@
 """A sweep's plan: every run of the space, each a task keyed by a hash of what determines it.
 
 The space (grid or random points, `space.py`) times workload sources (presets or traces) times
-seeds times every configured policy that has the swept knobs gives the runs. Each run's key
+seeds times every configured policy that has the swept knobs gives the runs. A configured policy
+that lacks a swept `policy.FIELD` is not left out: it runs at its own settings, once per value
+of the config-field parameters, as a reference row, and the plan's notes say so. Each run's key
 hashes the sweep format, the code (`code_fingerprint`), the trace's content, the seed and the
 resolved config; its static baselines and offline optimum form a separate task keyed without
 the policy, shared by every run of the same workload, seed and policy-independent settings.
@@ -17,6 +19,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -31,6 +34,7 @@ from .space import (
     override_policy,
     parse_param,
     policies_with_fields,
+    policies_without_fields,
     random_points,
     split_point,
 )
@@ -68,6 +72,8 @@ class SweepPlan:
 
     param_paths: list[str]
     runs: list[PlannedRun] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What the sweep did other than the grid says: a policy it could not apply a parameter to."""
 
     def baselines(self) -> list[BaselineTask]:
         unique: dict[str, BaselineTask] = {}
@@ -179,7 +185,8 @@ def plan_sweep(
     )
     paths = [p.path for p in parsed]
     policy_indices = policies_with_fields(config, paths)
-    plan = SweepPlan(param_paths=paths)
+    unswept = policies_without_fields(config, paths)
+    plan = SweepPlan(param_paths=paths, notes=[u.note() for u in unswept])
     for source in _sources(config, workloads, traces):
         trace_steps, trace_digest = _trace_steps(source)
         for seed in _seeds(seeds):
@@ -208,28 +215,49 @@ def plan_sweep(
                         trace_digest,
                     )
                     resolved_by_config_part[marker] = (resolved, baseline)
+                    # Policies that lack a swept knob: once per config part, at their own settings.
+                    for u in unswept:
+                        policy = resolved.policies[u.index]
+                        plan.runs.append(
+                            _planned(
+                                identity, resolved, policy, u.index, config_part, source, baseline
+                            )
+                        )
                 resolved, baseline = resolved_by_config_part[marker]
                 for policy_index in policy_indices:
                     policy = override_policy(
                         resolved.policies[policy_index], policy_part, point=point
                     )
-                    run_json = resolved.model_copy(update={"policies": [policy]}).model_dump_json()
                     plan.runs.append(
-                        PlannedRun(
-                            point=dict(point),
-                            policy_index=policy_index,
-                            policy_kind=str(getattr(policy.kind, "value", policy.kind)),
-                            source=source,
-                            seed=seed,
-                            run=RunTask(
-                                _digest(identity, "run", run_json),
-                                baseline.key,
-                                run_json,
-                                source.trace_path,
-                                seed,
-                                trace_digest,
-                            ),
-                            baseline=baseline,
-                        )
+                        _planned(identity, resolved, policy, policy_index, point, source, baseline)
                     )
     return plan
+
+
+def _planned(
+    identity: str,
+    resolved: ScenarioConfig,
+    policy: Any,
+    policy_index: int,
+    point: dict[str, Scalar],
+    source: WorkloadSource,
+    baseline: BaselineTask,
+) -> PlannedRun:
+    """One run: `policy` alone on the resolved config, keyed by what determines it."""
+    run_json = resolved.model_copy(update={"policies": [policy]}).model_dump_json()
+    return PlannedRun(
+        point=dict(point),
+        policy_index=policy_index,
+        policy_kind=str(getattr(policy.kind, "value", policy.kind)),
+        source=source,
+        seed=baseline.seed,
+        run=RunTask(
+            _digest(identity, "run", run_json),
+            baseline.key,
+            run_json,
+            baseline.trace_path,
+            baseline.seed,
+            baseline.trace_digest,
+        ),
+        baseline=baseline,
+    )

@@ -4,7 +4,8 @@ A parameter is written `path=v1,v2,v3` (a list of values) or, for random samples
 `path=lo..hi` (a range: integers if both ends are integers, else uniform floats). The path names
 any field of the scenario config (`costs.rollout.decode_step_base_s`, `simulation.num_steps`,
 `policies.0.cooldown_steps`); `policy.FIELD` sets FIELD on every configured policy that has it, so
-`policy.cooldown_steps=5,10,20` sweeps the hysteresis controller without naming its index.
+`policy.cooldown_steps=5,10,20` sweeps the hysteresis controller without naming its index (a
+policy without the field runs at its own settings, as a reference: `policies_without_fields`).
 Overrides are applied to the config's plain-data form and the result is validated again, so a
 swept value is checked exactly as the same value in a YAML file would be.
 """
@@ -142,10 +143,10 @@ def _policy_field_names(policy: dict[str, Any]) -> set[str]:
 def policies_with_fields(config: ScenarioConfig, paths: list[str]) -> list[int]:
     """Indices of the configured policies that declare every `policy.FIELD` being swept.
 
-    A policy without the swept knob would only repeat the same run, so it takes no part; if no
-    policy has the knob, the sweep is an error rather than a silent no-op.
+    If no policy has the knob, the sweep is an error rather than a silent no-op; the policies
+    that lack it are `policies_without_fields`.
     """
-    fields = [p[len(POLICY_PREFIX) :] for p in paths if p.startswith(POLICY_PREFIX)]
+    fields = _swept_policy_fields(paths)
     policies = [p.model_dump(mode="json") for p in config.policies]
     if not policies:
         raise ConfigError("the scenario config lists no policies to sweep (policies: [...])")
@@ -157,6 +158,39 @@ def policies_with_fields(config: ScenarioConfig, paths: list[str]) -> list[int]:
             f"{', '.join(fields)} named by the sweep parameters"
         )
     return chosen
+
+
+@dataclass(frozen=True)
+class UnsweptPolicy:
+    """A configured policy that lacks some swept `policy.FIELD`: it cannot take those values,
+    so the sweep runs it at its own settings instead, as a reference."""
+
+    index: int
+    kind: str
+    missing_fields: tuple[str, ...]
+
+    def note(self) -> str:
+        return (
+            f"{self.kind} (policies.{self.index}) has no {', '.join(self.missing_fields)}: it "
+            "runs at its own settings, once per workload, seed and value of the other "
+            "parameters, with those columns empty"
+        )
+
+
+def policies_without_fields(config: ScenarioConfig, paths: list[str]) -> list[UnsweptPolicy]:
+    """The configured policies that lack at least one swept `policy.FIELD`, and which."""
+    fields = _swept_policy_fields(paths)
+    unswept = []
+    for i, policy in enumerate(config.policies):
+        data = policy.model_dump(mode="json")
+        missing = tuple(f for f in fields if f not in _policy_field_names(data))
+        if missing:
+            unswept.append(UnsweptPolicy(i, str(data.get("kind")), missing))
+    return unswept
+
+
+def _swept_policy_fields(paths: list[str]) -> list[str]:
+    return [p[len(POLICY_PREFIX) :] for p in paths if p.startswith(POLICY_PREFIX)]
 
 
 def _set_path(data: dict[str, Any], path: str, value: Scalar) -> None:

@@ -10,7 +10,9 @@
 
 The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.sweeps.space`),
 times workloads (presets) or traces, times seeds, times every configured policy that has the
-swept knobs. Each run is a task keyed by a hash of its resolved config, workload and seed; its
+swept knobs; a policy that lacks one runs at its own settings as a reference row, and the
+table's `attrs["notes"]` say so.
+Each run is a task keyed by a hash of its resolved config, workload and seed; its
 static baselines and offline optimum form a separate task keyed without the policy, so they are
 computed once per workload and seed and shared. Tasks run in local processes on all cores
 (`concurrent.futures`), or on a Ray cluster when `ray_address` is given (Ray's multiprocessing
@@ -168,7 +170,9 @@ def _table(plan: SweepPlan, runs: ResultCache, baselines: ResultCache) -> pd.Dat
                 "baseline_key": planned.baseline.key,
             }
         )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table.attrs["notes"] = list(plan.notes)
+    return table
 
 
 def _load_config(config: ScenarioConfig | str | os.PathLike[str]) -> ScenarioConfig:
