@@ -100,7 +100,12 @@ def import_trace(
     from_sidecar = options is None and sidecar_path(path).is_file()
     options = options if options is not None else sidecar_options(path)
     if kind is TraceFormat.VERL:
-        trace = import_verl(path, options=options, lenient=lenient)
+        facts = (
+            f"{sidecar_path(path).name} ({path.name}'s sidecar)"
+            if from_sidecar
+            else "the run facts"
+        )
+        trace = import_verl(path, options=options, lenient=lenient, facts_source=facts)
     else:
         trace = import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
     if from_sidecar:
