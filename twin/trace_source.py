@@ -14,18 +14,62 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..traces.importers import import_trace
+from ..policies.types import Allocation
+from ..traces.importers import (
+    ImportOptions,
+    TraceFormat,
+    detect_format,
+    import_trace,
+    sidecar_options,
+)
 from ..traces.io import Trace
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
+from .run_facts import RunFacts
 
 
-def open_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
-    """The trace at `path`, imported from a foreign format when needed (raises TraceError)."""
+def open_trace(
+    path: str | os.PathLike,
+    *,
+    lenient: bool = False,
+    facts: RunFacts | None = None,
+    config_split: Allocation | None = None,
+) -> Trace:
+    """The trace at `path`, imported from a foreign format when needed (raises TraceError).
+
+    A foreign log's run facts come from, in order: `facts` (the user's flags), its sidecar file,
+    and for the split `config_split` (a config's initial split); what none of them says the
+    importer infers or assumes and notes."""
     location = Path(path)
     if not location.exists():
         raise FileNotFoundError(2, "no such trace", str(location))
-    return import_trace(location, lenient=lenient)
+    facts = facts or RunFacts()
+    if detect_format(location) is TraceFormat.NATIVE:
+        return import_trace(location, lenient=lenient)
+    sidecar = sidecar_options(location)
+    options = facts.import_options(sidecar)
+    said: list[str] = []
+    if sidecar is not None:
+        said.append(f"{location.name}.import.json")
+    if options is not sidecar:
+        said.append("the command's flags")
+    has_split = options is not None and bool(options.train_gpus and options.rollout_gpus)
+    if config_split is not None and not has_split:
+        options = (options or ImportOptions()).model_copy(
+            update={
+                "train_gpus": config_split.train_gpus,
+                "rollout_gpus": config_split.rollout_gpus,
+            }
+        )
+        said.append("the config's initial_allocation (the split)")
+    if not said:
+        return import_trace(location, lenient=lenient)
+    trace = import_trace(
+        location, options=options, lenient=lenient, facts_source=" and ".join(said)
+    )
+    note = f"run facts (GPU split, batch size, model) from {' and '.join(said)}"
+    trace.meta = trace.meta.model_copy(update={"notes": [note, *trace.meta.notes]})
+    return trace
 
 
 def trace_notes(trace: Trace) -> list[str]:

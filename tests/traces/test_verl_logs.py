@@ -11,59 +11,18 @@ import json
 
 import numpy as np
 import pytest
+from verl_log_factory import (
+    TOKENS,
+    batch_keys,
+    colocated_line,
+    one_step_off_line,
+    separate_async_lines,
+    write_log,
+)
 
 from dynaresize.traces.errors import TraceError
 from dynaresize.traces.importers import ImportOptions, import_trace
 from dynaresize.traces.phases import PhaseName, PipelineMode, StrategyName
-
-PROMPT, RESPONSE, SAMPLES, GPUS = 200.0, 600.0, 64, 8
-TOKENS = int(SAMPLES * (PROMPT + RESPONSE))
-
-
-def batch_keys(step_s: float, gpus: int = GPUS) -> dict:
-    return {
-        "response_length/mean": RESPONSE,
-        "response_length/max": 4 * RESPONSE,
-        "prompt_length/mean": PROMPT,
-        "perf/total_num_tokens": TOKENS,
-        "perf/time_per_step": step_s,
-        "perf/throughput": TOKENS / (step_s * gpus),
-    }
-
-
-def write_log(path, lines: list) -> None:
-    with open(path, "w") as f:
-        for obj in lines:
-            f.write((obj if isinstance(obj, str) else json.dumps(obj)) + "\n")
-
-
-def colocated_line(step: int, gen: float, update: float, train: float, **extra) -> dict:
-    inside = sum(v for k, v in extra.items() if k.startswith("timing_s/"))
-    step_s = gen + update + train + inside
-    data = {
-        "timing_s/gen": gen,
-        "timing_s/update_weights": update,
-        "timing_s/update_actor": train,
-        "timing_s/step": step_s,
-        **batch_keys(step_s),
-        **extra,
-    }
-    return {"step": step, "data": data}
-
-
-def one_step_off_line(step: int, wait: float, sync: float, train: float, **extra) -> dict:
-    step_s = wait + sync + train
-    data = {
-        "timing_s/gen": wait,
-        "timing_s/generate_async": 30.0,
-        "timing_s/sync_rollout_weights": sync,
-        "timing_s/update_actor": train,
-        "timing_s/step": step_s,
-        **batch_keys(step_s),
-        **extra,
-    }
-    return {"step": step, "data": data}
-
 
 # --- validation and checkpointing are not training ---------------------------------------------
 
@@ -201,34 +160,6 @@ def test_fully_async_trainer_idle_ratios_and_weight_sync_line(tmp_path):
     np.testing.assert_allclose(steps["idle_rollout_gpu_s"], [0.25 * 40 * 4, 0.5 * 40 * 4])
     np.testing.assert_allclose(steps["rollout_s"], [0.75 * 40, 0.5 * 40])
     assert any("share a step number" in n for n in trace.meta.notes)
-
-
-def separate_async_lines() -> list[dict]:
-    """Six steps; the controller lends the trainer GPUs after steps 1, 3 and 4 (verl numbering)
-    and reclaims them at the start of the step after each."""
-    lend = {1: 9.0, 3: 9.5, 4: 8.5}
-    reclaim = {2: 3.0, 4: 3.5, 5: 2.5}
-    lines = []
-    for k in range(1, 7):
-        parts = {
-            "timing_s/gen": 1.0,
-            "timing_s/update_weights": 2.0,
-            "timing_s/update_actor": 20.0,
-        }
-        if k in reclaim:
-            parts["timing_s/switch_wait"] = 4.0
-            parts["timing_s/switch_to_trainer"] = reclaim[k]
-        if k in lend:
-            parts["timing_s/switch_to_rollout"] = lend[k]
-        step_s = sum(parts.values())
-        data = {
-            **parts,
-            "timing_s/step": step_s,
-            "separate_async/decision/should_switch_to_rollout": float(k in lend),
-            **batch_keys(step_s),
-        }
-        lines.append({"step": k, "data": data})
-    return lines
 
 
 def test_separate_async_switches_are_resize_records_and_its_decisions_are_kept(tmp_path):

@@ -16,6 +16,9 @@ from ..errors import TraceError
 from ..schema import ExtraMetricRecord, PipelineMode, RunMeta, StepRecord
 from ..validation import SkippedRow, empty_frame, validate_frame
 
+GPU_COUNT_ASSUMED = "GPU count not in the log: assumed"
+"""The start of the note an importer writes when it had to assume the GPU count."""
+
 
 class ImportOptions(BaseModel):
     """Facts about a run that foreign logs do not carry; each one left out is inferred or assumed,
@@ -122,7 +125,7 @@ def split_gpus(
         )
     if total is None:
         total = 8
-        notes.append("GPU count not in the log: assumed 8 (give num_gpus to set it)")
+        notes.append(f"{GPU_COUNT_ASSUMED} 8 (give num_gpus to set it)")
     if colocated:
         return total, total, total
     if options.train_gpus:

@@ -210,6 +210,9 @@ class BreakevenReport:
     runs: ImbalanceRuns
     advice: Advice
     notes: list[str]
+    assumed: tuple = ()
+    """The `run_facts.AssumedFact`s of the analysis context: what the report depends on that
+    nothing gave."""
 
     def transitions_frame(self) -> pd.DataFrame:
         return pd.DataFrame([t.__dict__ for t in self.transitions])

@@ -37,11 +37,12 @@ from ..analysis_context import AnalysisContext, context_from_config
 from ..calibration.fit import CostFit, fitted_overrides
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
-from ..config import ScenarioConfig
+from ..config import ScenarioConfig, load_config
 from ..costs.rollout import rollout_stage_s_many
 from ..costs.sync import weight_sync_s
 from ..costs.train import train_stage_s
 from ..optimal import OptimalSchedule, Regret, optimum_of_context
+from ..run_facts import AssumedFact, RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
 
@@ -78,6 +79,8 @@ class ReplayResult:
     optimum: OptimalSchedule
     fit: CostFit | None
     notes: list[str] = field(default_factory=list)
+    assumed: tuple[AssumedFact, ...] = ()
+    """Facts the comparison depends on that nothing gave (printed first, in replay.json)."""
 
     @property
     def measured_total_s(self) -> float:
@@ -136,7 +139,7 @@ def replay_trace(
     steps = trace.steps
     if len(steps) == 0:
         raise ConfigError("the trace has no steps to replay")
-    notes = list(context.assumptions) + trace_notes(trace)
+    notes = list(context.notes) + trace_notes(trace)
     colocated = is_colocated(trace)
     first, schedule = recorded_schedule(steps)
     if colocated:
@@ -214,6 +217,7 @@ def replay_trace(
         optimum=optimum,
         fit=fit,
         notes=notes,
+        assumed=context.assumed,
     )
     result.notes.insert(
         0,
@@ -319,6 +323,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
     with staged_dir(out_dir, replace=False) as staging:
         result.table.to_csv(staging / "replay.csv", index=False)
         payload = {
+            "assumed": [f.as_dict() for f in result.assumed],
             "table": result.table.to_dict(orient="records"),
             "prediction_error": result.prediction_error,
             "step_time_mape": result.step_time_mape,
@@ -345,16 +350,23 @@ def run_replay(
     costs: str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
+    facts: RunFacts | None = None,
+    strict: bool = False,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
     `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
-    built from the trace's metadata and stated assumptions (twin.analysis_context).
-    `policies` are policy configs, mappings or CLI specs (`KIND[:key=value,...]`); None takes
-    the config's policies (or hysteresis). `costs` replaces fitting with the given parameters.
+    built from the trace's metadata, `facts` (the user's flags) and stated assumptions
+    (twin.analysis_context); `strict` refuses any assumption. `policies` are policy configs,
+    mappings or CLI specs (`KIND[:key=value,...]`); None takes the config's policies (or
+    hysteresis). `costs` replaces fitting with the given parameters.
     """
-    loaded = open_trace(trace, lenient=lenient)
-    context = context_from_config(config, [loaded], costs_path=costs)
+    scenario = load_config(config) if isinstance(config, str | os.PathLike) else config
+    split = scenario.cluster.initial_allocation if scenario is not None else None
+    loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split)
+    context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
+    if strict:
+        refuse_assumed(context.assumed)
     result = replay_trace(loaded, context, policies=policies, fit_to_trace=costs is None)
     if out_dir is not None:
         write_replay_outputs(

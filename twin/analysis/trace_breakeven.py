@@ -8,6 +8,11 @@ arithmetic and the advice rules).
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -55,7 +60,7 @@ def breakeven_for_trace(
     trace: Trace,
     context: AnalysisContext,
     *,
-    job_steps: int,
+    job_steps: int = 1000,
     fit_to_trace: bool = True,
     imbalance_threshold: float = 0.1,
     confidence: float = 0.9,
@@ -64,10 +69,13 @@ def breakeven_for_trace(
 ) -> tuple[BreakevenReport, CostFit | None]:
     """Break-even report of a trace in an analysis context.
 
-    Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
-    user). Returns the report and the `CostFit` (None when not fitted).
+    `job_steps` is the length of the job the advice projects its savings for (steps);
+    `imbalance_threshold` the |imbalance| counted as imbalanced; `confidence`, `num_resamples`
+    and `seed` set the bootstrap interval. Costs are fitted to the trace first unless
+    `fit_to_trace` is False (costs given by the user). Returns the report, whose `assumed`
+    lists the facts the context had to assume, and the `CostFit` (None when not fitted).
     """
-    notes = list(context.assumptions) + list(trace.meta.notes)
+    notes = list(context.notes) + list(trace.meta.notes)
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
     notes += inputs.inferred
     workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
@@ -120,7 +128,7 @@ def breakeven_for_trace(
         seed=seed,
         notes=notes,
     )
-    return report, fit
+    return replace(report, assumed=context.assumed), fit
 
 
 def _steps_text(value: float | None) -> str:
@@ -207,3 +215,30 @@ def report_lines(report: BreakevenReport) -> list[str]:
     ]
     lines += [f"note: {n}" for n in report.notes]
     return lines
+
+
+def report_payload(report: BreakevenReport) -> dict:
+    """The report as plain JSON data: assumed facts, every move, imbalance runs and advice."""
+    runs = report.runs
+    return {
+        "assumed": [f.as_dict() for f in report.assumed],
+        "current_allocation": report.current_allocation,
+        "resize_cost_s": report.cost_s,
+        "resize_cost_source": report.cost_source,
+        "transitions": [asdict(t) for t in report.transitions],
+        "imbalance_runs": {
+            "threshold": runs.threshold,
+            "rollout_bound_steps": runs.rollout_bound_steps.tolist(),
+            "train_bound_steps": runs.train_bound_steps.tolist(),
+        },
+        "advice": asdict(report.advice),
+        "notes": report.notes,
+    }
+
+
+def write_report_json(report: BreakevenReport, path: str | os.PathLike[str]) -> None:
+    """breakeven's `--out` file, written whole or not at all."""
+    from dynaresize.traces.staged_dir import write_file_atomically
+
+    text = json.dumps(report_payload(report), indent=2, allow_nan=False) + "\n"
+    write_file_atomically(Path(path), lambda f: f.write(text))

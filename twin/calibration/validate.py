@@ -23,6 +23,7 @@ flushed to disk) that no cost model describes, which stays in the measured total
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from ..analysis_context import AnalysisContext, context_from_config
 from ..config import ScenarioConfig
+from ..run_facts import RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
 from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
@@ -183,8 +185,8 @@ def validate_trace(
     predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
     if prelude_outside_step_zero is None:
         prelude_outside_step_zero = _prelude_outside_step_zero(trace, mode)
-    notes = list(context.assumptions) + trace_notes(trace)
-    return _compare(
+    notes = list(context.notes) + trace_notes(trace)
+    report = _compare(
         steps,
         predicted,
         recorded_phases=trace.resizes,
@@ -194,6 +196,7 @@ def validate_trace(
         prelude_outside_step_zero=prelude_outside_step_zero,
         notes=notes,
     )
+    return replace(report, assumed=context.assumed)
 
 
 def _compare(
@@ -311,16 +314,21 @@ def run_validation(
     config: ScenarioConfig | str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
+    facts: RunFacts | None = None,
+    strict: bool = False,
 ) -> ValidationReport:
     """The `dynaresize validate` entry point: read, replay, compare, and write `out_dir`.
 
     `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
-    built from the trace's metadata and stated assumptions (twin.analysis_context).
+    built from the trace's metadata, `facts` (the user's flags) and stated assumptions
+    (twin.analysis_context); `strict` refuses any assumption.
     """
     if not Path(costs).is_file():
         raise FileNotFoundError(2, "no such cost file", str(costs))
-    loaded = open_trace(trace, lenient=lenient)
-    context = context_from_config(config, [loaded], costs_path=costs)
+    loaded = open_trace(trace, lenient=lenient, facts=facts)
+    context = context_from_config(config, [loaded], costs_path=costs, facts=facts)
+    if strict:
+        refuse_assumed(context.assumed)
     report = validate_trace(loaded, context)
     if out_dir is not None:
         write_validation_outputs(

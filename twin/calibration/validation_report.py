@@ -34,6 +34,8 @@ class ValidationReport:
     pipeline_mode: PipelineMode
     cost_source: CostSource
     notes: list[str] = field(default_factory=list)
+    assumed: tuple = ()
+    """The `run_facts.AssumedFact`s the replayed scenario rests on."""
 
     @property
     def step_ape(self) -> np.ndarray:
@@ -73,6 +75,7 @@ class ValidationReport:
     def as_dict(self) -> dict:
         """The figures of the report, JSON-ready."""
         return {
+            "assumed": [f.as_dict() for f in self.assumed],
             "num_steps": len(self.per_step),
             "num_resizes": len(self.resizes),
             "pipeline_mode": self.pipeline_mode.value,
