@@ -200,10 +200,16 @@ def report_lines(report: BreakevenReport) -> list[str]:
     def threshold_text(value: float | None) -> str:
         return "never resize this way on this trace" if value is None else f"{value:.2f}"
 
+    lines += ["", "advice:"]
+    if advice.keep_split_because is not None:
+        lines += [
+            f"  keep the split {report.current_allocation}: {advice.keep_split_because}; no "
+            "resize settings are advised",
+            f"  job of {advice.job_steps} steps: {advice.projected_job_hours_static:.2f} h static",
+        ]
+        return lines + [f"note: {n}" for n in report.notes]
     lines += [
-        "",
-        "advice:",
-        f"  best move from {report.current_allocation}: {advice.best_move or 'none pays back'}",
+        f"  best move from {report.current_allocation}: {advice.best_move}",
         f"  cooldown_steps: {advice.cooldown_steps}",
         f"  dwell_steps: {advice.dwell_steps}",
         f"  consecutive signals: {advice.consecutive_signals}",
