@@ -29,7 +29,7 @@ from ..traces.phases import PipelineMode
 from .config import ClusterConfig, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
-from .run_facts import AssumedFact, Assumptions, RunFacts
+from .run_facts import AssumedFact, Assumptions, RunFacts, colocated_start_fact
 
 DEFAULT_MODEL_PARAMS_B = 8.0
 """Model size assumed when neither a config nor the trace says it (the paper's Qwen3-8B)."""
@@ -126,6 +126,8 @@ def context_from_config(
     _assume_imported_split(traces, facts, context.from_config, found)
     colocated = bool(traces) and traces[0].meta.pipeline_mode is PipelineMode.COLOCATED
     start_assumed = colocated and not facts.has_split and not context.from_config
+    if start_assumed:
+        found.facts.append(colocated_start_fact())
     context = replace(
         context,
         assumed=tuple(found.facts),

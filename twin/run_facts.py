@@ -84,6 +84,23 @@ class Assumptions:
         self.facts.append(AssumedFact(name, value, flags))
 
 
+COLOCATED_START_FACT = "disaggregated start split for the what-ifs"
+"""The fact a colocated run's analysis needs and its log cannot hold: which disaggregated split
+the compared runs start on."""
+SPLIT_FLAGS = "--train-gpus and --rollout-gpus"
+
+
+def colocated_start_fact(value: str = "the twin's fastest split on the first steps") -> AssumedFact:
+    return AssumedFact(COLOCATED_START_FACT, value, SPLIT_FLAGS)
+
+
+def with_fact_value(
+    facts: tuple[AssumedFact, ...], name: str, value: str
+) -> tuple[AssumedFact, ...]:
+    """`facts` with the value of the fact called `name` replaced (once the analysis knows it)."""
+    return tuple(AssumedFact(f.name, value, f.flags) if f.name == name else f for f in facts)
+
+
 def assumed_block(facts: list[AssumedFact] | tuple[AssumedFact, ...]) -> list[str]:
     """The lines every trace command prints first: each assumed fact and how to give it."""
     if not facts:

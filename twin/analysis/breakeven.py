@@ -224,6 +224,8 @@ class BreakevenReport:
     assumed: tuple = ()
     """The `run_facts.AssumedFact`s of the analysis context: what the report depends on that
     nothing gave."""
+    recorded: str = ""
+    """How the recorded run ran, where that is not a split (a colocated run)."""
 
     def transitions_frame(self) -> pd.DataFrame:
         return pd.DataFrame([t.__dict__ for t in self.transitions])

@@ -28,6 +28,7 @@ from ..calibration.trace_costs import trace_model_inputs
 from ..costs.resize import plan_resizes
 from ..step_costs import compute_step_costs, steady_step_s_without_warmup
 from .breakeven import BreakEven, BreakevenReport, analyse
+from .colocated import fastest_start, modelled_stage_steps, with_start_fact
 
 
 def measured_resize_cost_s(
@@ -104,8 +105,21 @@ def breakeven_for_trace(
             f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
             "costlier direction"
         )
+    measured_stages = trace.steps
+    assumed = context.assumed
+    recorded = ""
     if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
-        current = context.initial  # no split was used; the context says which one is assumed
+        # No split was used: the what-ifs start from the given split, else the fastest one.
+        current = context.initial
+        if context.what_if_start_assumed:
+            current = fastest_start(step_costs)
+            assumed = with_start_fact(assumed, current)
+        measured_stages = modelled_stage_steps(step_costs, current)
+        recorded = _colocated_line(trace, steady, step_costs, current)
+        notes.append(
+            "colocated run: the imbalance runs are those of the twin's rollout and training "
+            f"times on {current.label} (the run's own stage times, each on every GPU, show none)"
+        )
     else:
         current = most_used_allocation(trace.steps)
     if current not in step_costs.candidates:
@@ -114,7 +128,7 @@ def breakeven_for_trace(
             f"splits ({', '.join(c.label for c in step_costs.candidates)})"
         )
     report = analyse(
-        steps=trace.steps,
+        steps=measured_stages,
         steady_step_s=steady,
         candidates=step_costs.candidates,
         current=current,
@@ -128,7 +142,18 @@ def breakeven_for_trace(
         seed=seed,
         notes=notes,
     )
-    return replace(report, assumed=context.assumed), fit
+    return replace(report, assumed=assumed, recorded=recorded), fit
+
+
+def _colocated_line(trace: Trace, steady: np.ndarray, step_costs, start: Allocation) -> str:
+    measured = float(trace.steps["step_s"].mean())
+    modelled = float(steady[:, step_costs.index(start)].mean())
+    gpus = trace.meta.num_gpus or int(trace.steps["train_gpus"].iloc[0])
+    return (
+        f"trace ran colocated on {gpus} GPUs (mean step {measured:.2f} s measured); "
+        f"disaggregated {start.label}: {modelled:.2f} s per step modelled "
+        f"({modelled / measured - 1:+.1%})"
+    )
 
 
 def _steps_text(value: float | None) -> str:
@@ -157,9 +182,10 @@ def shown_transitions(report: BreakevenReport) -> list[BreakEven]:
 def report_lines(report: BreakevenReport) -> list[str]:
     """The report as plain text lines for a terminal."""
     pct = round(report.transitions[0].confidence * 100) if report.transitions else 90
+    ran = report.recorded or f"trace ran mostly on {report.current_allocation}"
     lines = [
         f"resize critical path: {report.cost_s:.1f} s ({report.cost_source})",
-        f"trace ran mostly on {report.current_allocation}",
+        ran,
         "",
         f"{'move':<12}{'saving/step s':>15}{'break-even':>12}{f'{pct}% CI (steps)':>22}",
     ]
