@@ -29,6 +29,7 @@ from ..traces.phases import PipelineMode
 from .config import ClusterConfig, ScenarioConfig, load_config
 from .costs import CostModels, load_costs
 from .costs.memory import ModelConfig, check_candidate
+from .costs.provenance import outside_range_warning
 from .run_facts import AssumedFact, Assumptions, RunFacts, colocated_start_fact
 
 DEFAULT_MODEL_PARAMS_B = 8.0
@@ -59,6 +60,8 @@ class AnalysisContext:
     """How the rest of the scenario was derived (candidate splits, pipeline mode)."""
     what_if_start_assumed: bool = False
     """A colocated run's disaggregated start split was not given: the analysis picks it."""
+    warnings: tuple[str, ...] = ()
+    """Costs applied outside the range they were fitted on (printed beside the assumptions)."""
 
     @property
     def assumptions(self) -> list[str]:
@@ -136,7 +139,8 @@ def context_from_config(
     )
     if costs_path is not None:
         context = context.with_costs(load_costs(costs_path, base=context.costs))
-    return context
+    warning = outside_range_warning(context.costs.fitted_on, context.model.num_params_b)
+    return replace(context, warnings=(warning,) if warning else ())
 
 
 def _with_facts(scenario: ScenarioConfig, facts: RunFacts) -> ScenarioConfig:

@@ -71,7 +71,7 @@ def breakeven(
         )
         if out is not None:
             write_report_json(report, out)
-    flags.print_assumed(report.assumed)
+    flags.print_assumed(report.assumed, report.warnings)
     if loaded.skipped:
         print(f"{trace}: {loaded.skipped_summary()}")
     if fit is not None:

@@ -46,7 +46,7 @@ def calibrate(
 ) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.twin import context_from_config, open_trace, trace_notes
-    from dynaresize.twin.calibration import FitError, fitted_overrides
+    from dynaresize.twin.calibration import FitError, calibrated_file
     from dynaresize.twin.calibration import calibrate as fit_traces
     from dynaresize.twin.run_facts import assumed_block, refuse_assumed
 
@@ -69,8 +69,9 @@ def calibrate(
         header += [f"note: {n}" for n in context.notes]
         if resize_fit is not None:
             header += resize_fit.report_lines()
-        _write_yaml_atomically(out, fitted_overrides(fit), header)
-    flags.print_assumed(context.assumed)
+        sources = [str(p) for p in trace]
+        _write_yaml_atomically(out, calibrated_file(fit, traces, context, sources=sources), header)
+    flags.print_assumed(context.assumed, context.warnings)
     for line in fit.warning_lines():
         print(line)
     for path, t in zip(trace, traces, strict=True):

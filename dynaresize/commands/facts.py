@@ -54,8 +54,11 @@ def run_facts(
     )
 
 
-def print_assumed(facts: list[AssumedFact] | tuple[AssumedFact, ...]) -> None:
+def print_assumed(
+    facts: list[AssumedFact] | tuple[AssumedFact, ...], warnings: tuple[str, ...] = ()
+) -> None:
+    """The assumed facts, then any warning about costs used outside their fitted range."""
     from dynaresize.twin.run_facts import assumed_block
 
-    for line in assumed_block(facts):
+    for line in [*assumed_block(facts), *warnings]:
         print(line)

@@ -151,7 +151,7 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
         )
         if out is not None and result.policies:
             _write_replay_trace(out, trace, result.policies)
-    flags.print_assumed(result.assumed)
+    flags.print_assumed(result.assumed, result.warnings)
     print_table(result.table, title=f"replay of {trace.name}")
     for note in result.notes:
         print(f"note: {note}")

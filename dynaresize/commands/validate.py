@@ -36,6 +36,12 @@ def validate(
     gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
     link_gbps: float | None = flags.LINK_GBPS,
     strict: bool = flags.STRICT,
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Validate although --config differs from the run's own scenario or the cost file "
+        "was not written by calibrate (noted in the report).",
+    ),
 ) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.twin.calibration import run_validation
@@ -51,8 +57,9 @@ def validate(
             lenient=lenient,
             facts=facts,
             strict=strict,
+            force=force,
         )
-    flags.print_assumed(report.assumed)
+    flags.print_assumed(report.assumed, report.warnings)
     for line in report.summary_lines():
         print(line)
     for note in report.notes:

@@ -226,6 +226,8 @@ class BreakevenReport:
     nothing gave."""
     recorded: str = ""
     """How the recorded run ran, where that is not a split (a colocated run)."""
+    warnings: tuple[str, ...] = ()
+    """Costs used outside the range they were fitted on."""
 
     def transitions_frame(self) -> pd.DataFrame:
         return pd.DataFrame([t.__dict__ for t in self.transitions])

@@ -87,6 +87,8 @@ class ReplayResult:
     notes: list[str] = field(default_factory=list)
     assumed: tuple[AssumedFact, ...] = ()
     """Facts the comparison depends on that nothing gave (printed first, in replay.json)."""
+    warnings: tuple[str, ...] = ()
+    """Costs used outside the range they were fitted on."""
 
     @property
     def measured_total_s(self) -> float:
@@ -264,6 +266,7 @@ def replay_trace(
         fit=fit,
         notes=notes,
         assumed=assumed,
+        warnings=context.warnings,
     )
     result.notes.insert(
         0,
@@ -361,6 +364,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
         result.table.to_csv(staging / "replay.csv", index=False)
         payload = {
             "assumed": [f.as_dict() for f in result.assumed],
+            "warnings": list(result.warnings),
             "table": result.table.to_dict(orient="records"),
             "prediction_error": result.prediction_error,
             "step_time_mape": result.step_time_mape,

@@ -142,7 +142,7 @@ def breakeven_for_trace(
         seed=seed,
         notes=notes,
     )
-    return replace(report, assumed=assumed, recorded=recorded), fit
+    return replace(report, assumed=assumed, recorded=recorded, warnings=context.warnings), fit
 
 
 def _colocated_line(trace: Trace, steady: np.ndarray, step_costs, start: Allocation) -> str:
@@ -254,6 +254,7 @@ def report_payload(report: BreakevenReport) -> dict:
     runs = report.runs
     return {
         "assumed": [f.as_dict() for f in report.assumed],
+        "warnings": list(report.warnings),
         "current_allocation": report.current_allocation,
         "resize_cost_s": report.cost_s,
         "resize_cost_source": report.cost_source,
