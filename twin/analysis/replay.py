@@ -40,7 +40,7 @@ from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
 from ..config import ScenarioConfig, load_config
-from ..optimal import OptimalSchedule, Regret, optimum_of_context
+from ..optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from ..run_facts import AssumedFact, RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
@@ -94,6 +94,11 @@ class ReplayResult:
     def measured_total_s(self) -> float:
         """The recorded run's measured total (the table's first row)."""
         return float(self.table["total_s"].iloc[0])
+
+    recorded_decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The recorded run's controller decisions, where its log kept them."""
+    optimal_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The optimum's start and moves (`twin.optimal.schedule_table`)."""
 
     @property
     def prediction_error(self) -> float:
@@ -267,6 +272,8 @@ def replay_trace(
         notes=notes,
         assumed=assumed,
         warnings=context.warnings,
+        recorded_decisions=trace.decisions,
+        optimal_schedule=optimum_schedule_table(sim_context, optimum, steps["step"].to_numpy()),
     )
     result.notes.insert(
         0,
@@ -279,6 +286,21 @@ def replay_trace(
 def is_colocated(trace: Trace) -> bool:
     """A hybrid-engine run: every GPU took both roles in turn (no split to replay)."""
     return trace.meta.pipeline_mode is PipelineMode.COLOCATED
+
+
+def decisions_table(result: ReplayResult) -> pd.DataFrame:
+    """Every compared run's decisions in one table, a `run` column first: the recorded run's
+    controller (where its log kept its decisions) and each replayed policy."""
+    frames = []
+    if len(result.recorded_decisions):
+        frames.append(result.recorded_decisions.assign(run=RECORDED_MEASURED))
+    for name, run in result.policies.items():
+        if len(run.decisions):
+            frames.append(run.decisions.assign(run=name))
+    if not frames:
+        return pd.DataFrame(columns=["run", "step", "decision", "from_allocation", "to_allocation"])
+    table = pd.concat(frames, ignore_index=True)
+    return table[["run", *[c for c in table.columns if c != "run"]]]
 
 
 def between_steps_s(steps: pd.DataFrame) -> float:
@@ -381,6 +403,8 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             text = yaml.safe_dump(fitted_overrides(result.fit), sort_keys=False)
             (staging / "costs.yaml").write_text(text)
         result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
+        result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
+        decisions_table(result).to_csv(staging / "decisions.csv", index=False)
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
 
 
