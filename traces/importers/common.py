@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..schema import ExtraMetricRecord, PipelineMode, RunMeta, StepRecord
 from ..validation import SkippedRow, empty_frame, validate_frame
+
+_LARGEST_FLOAT = sys.float_info.max
 
 GPU_COUNT_ASSUMED = "GPU count not in the log: assumed"
 """The start of the note an importer writes when it had to assume the GPU count."""
@@ -70,6 +73,9 @@ class BadValue(Exception):
 
 def number(record: dict, key: str, *, required: bool) -> float | None:
     """A finite, non-negative number from a foreign record; BadValue names the key otherwise."""
+    value = record.get(key)
+    if type(value) is float and 0.0 <= value <= _LARGEST_FLOAT:
+        return value  # the common case first: a long log has millions of these
     if key not in record or record[key] is None:
         if required:
             raise BadValue(key, "missing (required)")
@@ -213,7 +219,10 @@ def extras_frame(rows: list[tuple[int, str, object]]) -> pd.DataFrame:
     if not rows:
         return empty_frame(ExtraMetricRecord)
     steps, keys, values = zip(*rows, strict=True)
-    encoded = [json.dumps(finite_json(v), allow_nan=False, default=str) for v in values]
+    encoded = [
+        repr(v) if type(v) is float and -_LARGEST_FLOAT <= v <= _LARGEST_FLOAT else _json_value(v)
+        for v in values
+    ]
     return pd.DataFrame(
         {
             "schema_version": np.ones(len(rows), np.int64),
@@ -222,6 +231,17 @@ def extras_frame(rows: list[tuple[int, str, object]]) -> pd.DataFrame:
             "value_json": encoded,
         }
     )
+
+
+def _json_value(value: object) -> str:
+    """One extras value as strict JSON; plain finite numbers take a short path (a long log has
+    millions of them)."""
+    kind = type(value)
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return repr(value)
+    if kind is int:
+        return str(value)
+    return json.dumps(finite_json(value), allow_nan=False, default=str)
 
 
 def finite_json(value: object) -> object:

@@ -25,6 +25,7 @@ in the extras table.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -347,7 +348,8 @@ def _extras(rows: list[_VerlRow], trainer: VerlTrainer, notes: list[str]) -> pd.
         for key, value in row.data.items():
             if key in verbatim:
                 continue
-            non_finite += has_non_finite(value)
+            if type(value) is not float or not math.isfinite(value):
+                non_finite += has_non_finite(value)
             kept.append((row.verl_step - 1, key, value))
     if non_finite:
         notes.append(

@@ -125,6 +125,8 @@ MAX_COUNT = 2**53
 """Token and sample counts beyond this cannot be held exactly; no batch is that large."""
 MAX_LENGTH_TOKENS = 2**31
 """A response or prompt longer than this is not a length any model generates."""
+MAX_DURATION_S = 1e9
+"""A timer over this (about 32 years) is not a measurement of a training run."""
 
 
 def detect_trainer(rows_data: list[dict], options: ImportOptions, *, source: str) -> VerlTrainer:
@@ -207,22 +209,34 @@ def _length(data: dict, key: str) -> float:
     return value
 
 
-def check_timings(data: dict) -> None:
-    """Every `timing_s/*` value must be a finite duration: it is kept as JSON either way."""
+def timings(data: dict) -> dict[str, float]:
+    """Every `timing_s/*` value of a line, checked to be a finite duration no run could exceed
+    (they are kept as JSON either way); BadValue names the first that is not."""
+    found = {}
     for key, value in data.items():
-        if key.startswith("timing_s/") and value is not None:
-            number(data, key, required=False)
+        if not key.startswith("timing_s/") or value is None:
+            continue
+        if type(value) is float and 0.0 <= value <= MAX_DURATION_S:
+            found[key] = value  # the common case, without the general checks' cost
+            continue
+        checked = number(data, key, required=False)
+        assert checked is not None
+        if checked > MAX_DURATION_S:
+            raise BadValue(key, f"{checked:g} s is beyond any run (over {MAX_DURATION_S:g} s)")
+        found[key] = checked
+    return found
 
 
 def row_values(data: dict, trainer: VerlTrainer, options: ImportOptions) -> dict[str, float]:
     """One training line's numbers (NaN where an optional key is absent); BadValue names the key
     of the first one that is unusable or contradicts another."""
-    check_timings(data)
-    step_s = number(data, STEP, required=True)
-    assert step_s is not None
+    timed = timings(data)
+    step_s = timed.get(STEP)
+    if step_s is None:
+        raise BadValue(STEP, "missing (required)")
     if step_s <= 0:
         raise BadValue(STEP, f"must be > 0, got {step_s:g}")
-    values = {key: _optional(data, key) for key in _TIMING_KEYS}
+    values = {key: timed.get(key, math.nan) for key in _TIMING_KEYS}
     values[STEP] = step_s
     parts = [k for k in PARTS_OF_STEP[trainer] if not math.isnan(values[k])]
     parts_s = sum(values[k] for k in parts)

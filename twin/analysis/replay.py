@@ -192,6 +192,13 @@ def replay_trace(
         predicted_steps = colocated_prediction(steps, workload, scenario)
         predicted_total_s = float(predicted_steps["step_s"].sum())
         predicted_row_resizes, predicted_row_thrash = 0, 0
+    elif not schedule:
+        # A run that never resized is a static split, whose steps the pipeline follows exactly
+        # (`step_costs.static_step_times`): read them off the matrix, no simulation needed.
+        column = sim_context.step_costs.step_s[:, sim_context.step_costs.index(first)]
+        predicted_steps = pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": column})
+        predicted_total_s = float(column.sum())
+        predicted_row_resizes, predicted_row_thrash = 0, 0
     else:
         run = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
         predicted_steps = run.steps
