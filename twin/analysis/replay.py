@@ -30,6 +30,7 @@ from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.importers.common import finite_json
+from dynaresize.traces.importers.verl_switches import CONTROLLER as VERL_SEPARATE_ASYNC
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
 from dynaresize.traces.staged_dir import staged_dir
@@ -207,7 +208,13 @@ def replay_trace(
         predicted_row_thrash = run.summary.thrash_count
     if policies is None:
         policies = list(scenario.policies) if context.from_config else []
-        if not policies:
+        if not policies and _recorded_controller(trace) == VERL_SEPARATE_ASYNC:
+            policies = [{"kind": "hysteresis"}, {"kind": "verl_switch"}]
+            notes.append(
+                "no policy given: replayed the hysteresis policy and verl_switch (veRL's "
+                "separate-async rule, which recorded this run's decisions) with their defaults"
+            )
+        elif not policies:
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
     configs = as_policy_configs(policies)
@@ -308,6 +315,12 @@ def decisions_table(result: ReplayResult) -> pd.DataFrame:
         return pd.DataFrame(columns=["run", "step", "decision", "from_allocation", "to_allocation"])
     table = pd.concat(frames, ignore_index=True)
     return table[["run", *[c for c in table.columns if c != "run"]]]
+
+
+def _recorded_controller(trace: Trace) -> str | None:
+    """The policy that recorded the trace's decisions, if it has any."""
+    decisions = trace.decisions
+    return str(decisions["policy"].iloc[0]) if len(decisions) else None
 
 
 def between_steps_s(steps: pd.DataFrame) -> float:
