@@ -286,9 +286,12 @@ def calibrate(static_traces: list[Path], dynamic_traces: list[Path], folder: Pat
         report = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         (out.with_suffix(".txt")).write_text(report)
     merged = yaml.safe_load(stage_costs.read_text())
-    resize_section = yaml.safe_load(resize_costs_file.read_text()).get("resize")
+    resize_file = yaml.safe_load(resize_costs_file.read_text())
+    resize_section = resize_file.get("resize")
     if resize_section is not None:
+        # both files are calibrate's: the resize section keeps the digest it was written with
         merged["resize"] = resize_section
+        merged["fitted_on"]["digests"]["resize"] = resize_file["fitted_on"]["digests"]["resize"]
     costs = folder / "costs.yaml"
     costs.write_text(yaml.safe_dump(merged, sort_keys=False))
     return costs

@@ -57,23 +57,68 @@ def infer_workload(steps: pd.DataFrame, samples: pd.DataFrame, *, name: str) -> 
                 group["prompt_tokens"].to_numpy(np.int64),
                 group["response_tokens"].to_numpy(np.int64),
             )
-    prompts, responses, synthesized = [], [], []
-    for row in steps.itertuples(index=False):
-        recorded = by_step.get(int(row.step))
-        if recorded is not None:
-            prompts.append(recorded[0])
-            responses.append(recorded[1])
-            continue
-        synthesized.append(int(row.step))
-        n = int(row.num_samples)
-        resp = lognormal_lengths(
-            num_samples=n, mean=float(row.response_len_mean), longest=float(row.response_len_max)
-        )
-        prompt_each = max(0, round((int(row.tokens) - int(resp.sum())) / n)) if n else 0
-        prompts.append(np.full(n, prompt_each, np.int64))
-        responses.append(resp)
-    notes = _notes(synthesized, len(steps))
+    step_ids = steps["step"].to_numpy(np.int64)
+    missing = np.array([int(k) not in by_step for k in step_ids], dtype=bool)
+    synthesized = step_ids[missing]
+    made = _lognormal_steps(
+        steps["num_samples"].to_numpy(np.int64)[missing],
+        steps["response_len_mean"].to_numpy(np.float64)[missing],
+        steps["response_len_max"].to_numpy(np.float64)[missing],
+        steps["tokens"].to_numpy(np.int64)[missing],
+    )
+    made_iter = iter(made)
+    prompts, responses = [], []
+    for k, is_missing in zip(step_ids, missing, strict=True):
+        prompt, response = next(made_iter) if is_missing else by_step[int(k)]
+        prompts.append(prompt)
+        responses.append(response)
+    notes = _notes([int(k) for k in synthesized], len(steps))
     return InferredWorkload(Workload.from_steps(prompts, responses, name=name), notes)
+
+
+_ROWS_PER_BLOCK = 4096
+"""Steps whose lengths are made in one array (bounds the memory of a long trace)."""
+
+
+def _lognormal_steps(
+    num_samples: np.ndarray, mean: np.ndarray, longest: np.ndarray, tokens: np.ndarray
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`lognormal_lengths` of many steps at once, and each step's prompt lengths: steps of one
+    batch size share the quantile grid, so a block of them is one array expression."""
+    out: list[tuple[np.ndarray, np.ndarray] | None] = [None] * len(num_samples)
+    for n in np.unique(num_samples):
+        rows = np.flatnonzero(num_samples == n)
+        n = int(n)
+        spread = (mean[rows] > 0) & (longest[rows] > mean[rows]) & (n > 1)
+        for start in range(0, len(rows), _ROWS_PER_BLOCK):
+            block = rows[start : start + _ROWS_PER_BLOCK]
+            lengths = _block_lengths(
+                n, mean[block], longest[block], spread[start : start + len(block)]
+            )
+            for i, row in enumerate(block):
+                resp = lengths[i]
+                prompt_each = max(0, round((int(tokens[row]) - int(resp.sum())) / n)) if n else 0
+                out[row] = (np.full(n, prompt_each, np.int64), resp)
+    return [item for item in out if item is not None]
+
+
+def _block_lengths(n: int, mean: np.ndarray, longest: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """(steps, n) response lengths, row by row as `lognormal_lengths` makes them."""
+    if n <= 0:
+        return np.zeros((len(mean), 0), np.int64)
+    flat = np.rint(np.repeat(mean[:, None], n, axis=1)).astype(np.int64)
+    if not spread.any():
+        return flat
+    z = float(ndtri(1.0 - 0.5 / n))
+    gap = np.log(longest[spread] / mean[spread])
+    root = z * z - 2.0 * gap
+    sigma = np.where(root >= 0, z - np.sqrt(np.clip(root, 0, None)), z)
+    mu = np.log(mean[spread]) - sigma * sigma / 2.0
+    grid = ndtri((np.arange(n) + 0.5) / n)
+    lengths = np.exp(mu[:, None] + sigma[:, None] * grid[None, :])
+    lengths *= (mean[spread] / lengths.mean(axis=1))[:, None]
+    flat[spread] = np.clip(np.rint(lengths), 0, longest[spread][:, None]).astype(np.int64)
+    return flat
 
 
 def inference_notes(steps: pd.DataFrame, samples: pd.DataFrame) -> list[str]:

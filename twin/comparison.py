@@ -28,7 +28,7 @@ from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
 from .config import ScenarioConfig
-from .optimal import OptimalSchedule, Regret, optimum_of_context
+from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from .simulation import SimContext, SimResult, build_context, simulate
 
 __all__ = [
@@ -235,6 +235,9 @@ def _summary_document(comparison: SimComparison) -> dict:
             "total_s": optimum.total_s,
             "num_resizes": optimum.num_resizes,
             "resize_s": optimum.resize_s,
+            "schedule": optimum_schedule_table(comparison.context, optimum).to_dict(
+                orient="records"
+            ),
             "start": comparison.context.step_costs.candidates[int(optimum.candidate_index[0])].label
             if len(optimum.candidate_index)
             else None,
@@ -282,4 +285,8 @@ def write_comparison(
         summary = _summary_document(comparison)
         (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         comparison.table.to_csv(staging / "comparison.csv", index=False)
+        # beside the policies' decisions: where the best schedule possible would have moved
+        optimum_schedule_table(comparison.context, comparison.optimum).to_csv(
+            staging / "optimal_schedule.csv", index=False
+        )
     return out

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -205,3 +206,58 @@ def optimum_of_context(context, *, from_initial: bool = False) -> OptimalSchedul
     initial = step_costs.index(context.config.cluster.initial_allocation) if from_initial else None
     resize_s = resize_matrix(step_costs.candidates, context.plans)
     return offline_optimum(step_costs.step_s, resize_s, initial_index=initial)
+
+
+SCHEDULE_COLUMNS = ["kind", "step", "from_allocation", "to_allocation", "resize_s"]
+
+
+def schedule_table(
+    schedule: OptimalSchedule,
+    candidates,
+    *,
+    steps: np.ndarray | None = None,
+    resize_s: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """The optimal schedule as rows a user can read beside a policy's decisions: a `start` row
+    (the split step 0 runs on; `step` is that first step) and one `resize` row per move, whose
+    `step` is the step after which it happens, as in decision records. `steps` are the step
+    ids (default 0..n-1); `resize_s` the matrix the schedule was found with (its move costs)."""
+    path = schedule.candidate_index
+    if len(path) == 0:
+        return pd.DataFrame(columns=SCHEDULE_COLUMNS)
+    ids = np.arange(len(path)) if steps is None else np.asarray(steps)
+    labels = [c.label for c in candidates]
+    rows = [
+        {
+            "kind": "start",
+            "step": int(ids[0]),
+            "from_allocation": None,
+            "to_allocation": labels[int(path[0])],
+            "resize_s": 0.0,
+        }
+    ]
+    for k in np.flatnonzero(path[1:] != path[:-1]) + 1:
+        before, after = int(path[k - 1]), int(path[k])
+        rows.append(
+            {
+                "kind": "resize",
+                "step": int(ids[k - 1]),
+                "from_allocation": labels[before],
+                "to_allocation": labels[after],
+                "resize_s": float(resize_s[before, after]) if resize_s is not None else np.nan,
+            }
+        )
+    table = pd.DataFrame(rows, columns=SCHEDULE_COLUMNS)
+    # the start comes from nowhere: None (JSON null), never a float NaN
+    table["from_allocation"] = pd.Series(
+        [r["from_allocation"] for r in rows], dtype=object, index=table.index
+    )
+    return table
+
+
+def optimum_schedule_table(context, schedule: OptimalSchedule, steps=None) -> pd.DataFrame:
+    """`schedule_table` of the optimum of a twin run's context (`optimum_of_context`)."""
+    candidates = context.step_costs.candidates
+    return schedule_table(
+        schedule, candidates, steps=steps, resize_s=resize_matrix(candidates, context.plans)
+    )

@@ -14,18 +14,71 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..traces.importers import import_trace
+from dynaresize.config_io import ConfigError
+
+from ..policies.types import Allocation
+from ..traces.importers import (
+    ImportOptions,
+    TraceFormat,
+    detect_format,
+    import_trace,
+    sidecar_options,
+)
 from ..traces.io import Trace
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
+from .run_facts import RunFacts
 
 
-def open_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
-    """The trace at `path`, imported from a foreign format when needed (raises TraceError)."""
+def open_trace(
+    path: str | os.PathLike,
+    *,
+    lenient: bool = False,
+    facts: RunFacts | None = None,
+    config_split: Allocation | None = None,
+) -> Trace:
+    """The trace at `path`, imported from a foreign format when needed (raises TraceError).
+
+    A foreign log's run facts come from, in order: `facts` (the user's flags), its sidecar file,
+    and for the split `config_split` (a config's initial split); what none of them says the
+    importer infers or assumes and notes."""
     location = Path(path)
     if not location.exists():
         raise FileNotFoundError(2, "no such trace", str(location))
-    return import_trace(location, lenient=lenient)
+    trace = _open(location, lenient=lenient, facts=facts or RunFacts(), config_split=config_split)
+    check_replayable(trace)
+    return trace
+
+
+def _open(
+    location: Path, *, lenient: bool, facts: RunFacts, config_split: Allocation | None
+) -> Trace:
+    if detect_format(location) is TraceFormat.NATIVE:
+        return import_trace(location, lenient=lenient)
+    sidecar = sidecar_options(location)
+    options = facts.import_options(sidecar)
+    said: list[str] = []
+    if sidecar is not None:
+        said.append(f"{location.name}.import.json")
+    if options is not sidecar:
+        said.append("the command's flags")
+    has_split = options is not None and bool(options.train_gpus and options.rollout_gpus)
+    if config_split is not None and not has_split:
+        options = (options or ImportOptions()).model_copy(
+            update={
+                "train_gpus": config_split.train_gpus,
+                "rollout_gpus": config_split.rollout_gpus,
+            }
+        )
+        said.append("the config's initial_allocation (the split)")
+    if not said:
+        return import_trace(location, lenient=lenient)
+    trace = import_trace(
+        location, options=options, lenient=lenient, facts_source=" and ".join(said)
+    )
+    note = f"run facts (GPU split, batch size, model) from {' and '.join(said)}"
+    trace.meta = trace.meta.model_copy(update={"notes": [note, *trace.meta.notes]})
+    return trace
 
 
 def trace_notes(trace: Trace) -> list[str]:
@@ -36,6 +89,42 @@ def trace_notes(trace: Trace) -> list[str]:
     return notes
 
 
+MAX_WORKLOAD_SAMPLES = 100_000_000
+"""Samples a replayed workload may hold (two int64 lengths each: 1.6 GB at the limit)."""
+MAX_DURATION_S = 1e9
+"""A recorded duration over this (about 32 years) is not a measurement of a training run."""
+_DURATION_FIELDS = ("step_s", "rollout_s", "train_s", "sync_s")
+
+
+def check_replayable(trace: Trace) -> None:
+    """Refuse, in one line naming the step and field, what no analysis can use: durations
+    beyond any run (1e308 s overflows every sum and fit) and more samples than memory holds.
+    Checked before anything is allocated for them."""
+    steps = trace.steps
+    for name in _DURATION_FIELDS:
+        values = steps[name].to_numpy(np.float64)
+        bad = np.flatnonzero(~(values <= MAX_DURATION_S))
+        if len(bad):
+            k = int(bad[0])
+            raise ConfigError(
+                f"{_where(trace)}step {int(steps['step'].iloc[k])}: {name} {values[k]:g} s is "
+                f"beyond any run (over {MAX_DURATION_S:g} s)"
+            )
+    total = float(steps["num_samples"].to_numpy(np.float64).sum()) if len(steps) else 0.0
+    if total > MAX_WORKLOAD_SAMPLES:
+        k = int(np.argmax(steps["num_samples"].to_numpy(np.int64)))
+        raise ConfigError(
+            f"{_where(trace)}the steps hold {total:,.0f} samples (step "
+            f"{int(steps['step'].iloc[k])}: "
+            f"{int(steps['num_samples'].iloc[k]):,}), more than a replay can hold "
+            f"({MAX_WORKLOAD_SAMPLES:,})"
+        )
+
+
+def _where(trace: Trace) -> str:
+    return f"{trace.meta.source_path}: " if trace.meta.source_path else ""
+
+
 def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
     """The trace's per-sample workload and what had to be inferred for it, computed once.
 
@@ -43,6 +132,7 @@ def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
     workload is assembled column-wise; otherwise the traces package's inference fills the gaps
     and says how.
     """
+    check_replayable(trace)
     steps = trace.steps["step"].to_numpy(np.int64)
     samples = trace.samples
     if len(samples) and len(steps) and np.all(np.diff(steps) > 0):

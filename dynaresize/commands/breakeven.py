@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dynaresize.commands import facts as flags
 from dynaresize.commands.guard import user_errors
 
 
@@ -35,15 +36,30 @@ def breakeven(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Write the report as JSON here (assumed facts included)."
+    ),
+    train_gpus: int | None = flags.TRAIN_GPUS,
+    rollout_gpus: int | None = flags.ROLLOUT_GPUS,
+    model_params_b: float | None = flags.MODEL_PARAMS_B,
+    gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
+    link_gbps: float | None = flags.LINK_GBPS,
+    strict: bool = flags.STRICT,
 ) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.twin import context_from_config, open_trace
     from dynaresize.twin.analysis import breakeven_for_trace, report_lines
+    from dynaresize.twin.analysis.trace_breakeven import write_report_json
+    from dynaresize.twin.run_facts import refuse_assumed
 
     with user_errors():
-        loaded = open_trace(trace, lenient=lenient)
+        facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
-        context = context_from_config(scenario, [loaded], costs_path=costs)
+        split = scenario.cluster.initial_allocation if scenario is not None else None
+        loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split)
+        context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
+        if strict:
+            refuse_assumed(context.assumed)
         report, fit = breakeven_for_trace(
             loaded,
             context,
@@ -53,6 +69,9 @@ def breakeven(
             confidence=confidence,
             seed=seed,
         )
+        if out is not None:
+            write_report_json(report, out)
+    flags.print_assumed(report.assumed, report.warnings)
     if loaded.skipped:
         print(f"{trace}: {loaded.skipped_summary()}")
     if fit is not None:
@@ -61,3 +80,5 @@ def breakeven(
             print(f"  {line}")
     for line in report_lines(report):
         print(line)
+    if out is not None:
+        print(f"wrote {out}")

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 import yaml
 
+from dynaresize.commands import facts as flags
 from dynaresize.commands.guard import user_errors
 
 
@@ -36,30 +37,48 @@ def calibrate(
         "--require-resize-fit",
         help="Refuse (exit 2) unless the traces determine every resize-phase parameter.",
     ),
+    train_gpus: int | None = flags.TRAIN_GPUS,
+    rollout_gpus: int | None = flags.ROLLOUT_GPUS,
+    model_params_b: float | None = flags.MODEL_PARAMS_B,
+    gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
+    link_gbps: float | None = flags.LINK_GBPS,
+    strict: bool = flags.STRICT,
 ) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.twin import context_from_config, open_trace, trace_notes
-    from dynaresize.twin.calibration import FitError, fitted_overrides
+    from dynaresize.twin.calibration import FitError, calibrated_file
     from dynaresize.twin.calibration import calibrate as fit_traces
+    from dynaresize.twin.run_facts import assumed_block, refuse_assumed
 
     with user_errors():
-        traces = [open_trace(path, lenient=lenient) for path in trace]
+        facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
-        context = context_from_config(scenario, traces)
+        split = scenario.cluster.initial_allocation if scenario is not None else None
+        traces = [
+            open_trace(path, lenient=lenient, facts=facts, config_split=split) for path in trace
+        ]
+        context = context_from_config(scenario, traces, facts=facts)
+        if strict:
+            refuse_assumed(context.assumed)
         try:
             fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
         except FitError as err:
             _refuse(str(err))
         header = [f"fitted by dynaresize calibrate from {', '.join(str(p) for p in trace)}"]
-        header += fit.report_lines() + [f"assumed: {a}" for a in context.assumptions]
+        header += assumed_block(context.assumed) + fit.warning_lines() + fit.report_lines()
+        header += [f"note: {n}" for n in context.notes]
         if resize_fit is not None:
             header += resize_fit.report_lines()
-        _write_yaml_atomically(out, fitted_overrides(fit), header)
+        sources = [str(p) for p in trace]
+        _write_yaml_atomically(out, calibrated_file(fit, traces, context, sources=sources), header)
+    flags.print_assumed(context.assumed, context.warnings)
+    for line in fit.warning_lines():
+        print(line)
     for path, t in zip(trace, traces, strict=True):
         for note in trace_notes(t):
             print(f"{path}: {note}")
-    for line in context.assumptions:
-        print(f"assumed: {line}")
+    for line in context.notes:
+        print(f"note: {line}")
     for line in fit.report_lines():
         print(line)
     if resize_fit is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from dynaresize.commands import facts as flags
 from dynaresize.commands.guard import user_errors
 
 
@@ -54,11 +55,26 @@ def run(
     resume: bool = typer.Option(
         False, "--resume", help="live: continue the run in --out from its last checkpoint."
     ),
+    train_gpus: int | None = flags.TRAIN_GPUS,
+    rollout_gpus: int | None = flags.ROLLOUT_GPUS,
+    model_params_b: float | None = flags.MODEL_PARAMS_B,
+    gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
+    link_gbps: float | None = flags.LINK_GBPS,
+    strict: bool = flags.STRICT,
 ) -> None:
+    fact_flags = (train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
+    if mode is not Mode.REPLAY and (strict or any(v is not None for v in fact_flags)):
+        with user_errors():
+            from dynaresize.config_io import ConfigError
+
+            raise ConfigError(
+                "--train-gpus, --rollout-gpus, --model-params-b, --gpu-memory-gb, --link-gbps "
+                "and --strict describe a recorded run: they apply to --mode replay only"
+            )
     if mode is Mode.SIM:
         _run_sim(config or "example", policy, costs, out, trace, steps, seed)
     elif mode is Mode.REPLAY:
-        _run_replay(config, policy, costs, out, trace)
+        _run_replay(config, policy, costs, out, trace, fact_flags, strict)
     else:
         _run_live(config, policy, costs, out, steps, seed, address, resume)
 
@@ -115,7 +131,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
     print(f"wrote {written}")
 
 
-def _run_replay(config, policy, costs, out, trace) -> None:
+def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
@@ -130,9 +146,12 @@ def _run_replay(config, policy, costs, out, trace) -> None:
             policies=policy or None,
             costs=costs,
             out_dir=out,
+            facts=flags.run_facts(*fact_flags),
+            strict=strict,
         )
         if out is not None and result.policies:
             _write_replay_trace(out, trace, result.policies)
+    flags.print_assumed(result.assumed, result.warnings)
     print_table(result.table, title=f"replay of {trace.name}")
     for note in result.notes:
         print(f"note: {note}")

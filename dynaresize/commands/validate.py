@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from dynaresize.commands import facts as flags
 from dynaresize.commands.guard import user_errors
 
 
@@ -29,15 +30,36 @@ def validate(
         None, "--out", help="Folder for validation.json, per_step.csv, resizes.csv, the plot."
     ),
     lenient: bool = typer.Option(False, "--lenient", help="Skip bad trace rows and report them."),
+    train_gpus: int | None = flags.TRAIN_GPUS,
+    rollout_gpus: int | None = flags.ROLLOUT_GPUS,
+    model_params_b: float | None = flags.MODEL_PARAMS_B,
+    gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
+    link_gbps: float | None = flags.LINK_GBPS,
+    strict: bool = flags.STRICT,
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Validate although --config differs from the run's own scenario or the cost file "
+        "was not written by calibrate (noted in the report).",
+    ),
 ) -> None:
     from dynaresize.config import load_run_config
     from dynaresize.twin.calibration import run_validation
 
     with user_errors():
+        facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
         report = run_validation(
-            trace=trace, costs=costs, config=scenario, out_dir=out, lenient=lenient
+            trace=trace,
+            costs=costs,
+            config=scenario,
+            out_dir=out,
+            lenient=lenient,
+            facts=facts,
+            strict=strict,
+            force=force,
         )
+    flags.print_assumed(report.assumed, report.warnings)
     for line in report.summary_lines():
         print(line)
     for note in report.notes:

@@ -23,6 +23,7 @@ from dynaresize.twin.calibration.validate import (
     recorded_decision_schedule,
     validate_trace,
 )
+from dynaresize.twin.costs.provenance import CALIBRATE, FittedOn, stamped
 from dynaresize.twin.simulation import build_context, simulate
 
 SCHEDULE = [{"step": 9, "allocation": "4:4"}, {"step": 20, "allocation": "5:3"}]
@@ -260,7 +261,9 @@ def files(tmp_path_factory):
     (folder / "config.yaml").write_text(yaml.safe_dump(raw()))
     costs = fitted_overrides(_fit(trace, config))
     costs["resize"] = config.costs.resize.model_dump(mode="json")
-    (folder / "costs.yaml").write_text(yaml.safe_dump(costs))
+    # as dynaresize calibrate writes it: every section stamped
+    stamp = FittedOn(written_by=CALIBRATE, model_params_b_min=8.0, model_params_b_max=8.0)
+    (folder / "costs.yaml").write_text(yaml.safe_dump(stamped(costs, stamp)))
     return folder
 
 

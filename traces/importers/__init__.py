@@ -35,6 +35,8 @@ __all__ = [
     "TraceFormat",
     "detect_format",
     "import_trace",
+    "sidecar_options",
+    "sidecar_path",
 ]
 
 
@@ -90,9 +92,11 @@ def import_trace(
     mapping: CsvMapping | str | None = None,
     options: ImportOptions | None = None,
     lenient: bool = False,
+    facts_source: str | None = None,
 ) -> Trace:
     """Read any supported trace or log into a `Trace`; `trace.meta.notes` lists what was
-    inferred and `trace.skipped` what lenient reading dropped."""
+    inferred and `trace.skipped` what lenient reading dropped. `facts_source` names where given
+    `options` came from, for an error when the log contradicts them."""
     path = Path(path)
     kind = detect_format(path) if format == "auto" else TraceFormat(format)
     if kind is TraceFormat.NATIVE:
@@ -100,7 +104,12 @@ def import_trace(
     from_sidecar = options is None and sidecar_path(path).is_file()
     options = options if options is not None else sidecar_options(path)
     if kind is TraceFormat.VERL:
-        trace = import_verl(path, options=options, lenient=lenient)
+        facts = (
+            f"{sidecar_path(path).name} ({path.name}'s sidecar)"
+            if from_sidecar
+            else "the run facts"
+        )
+        trace = import_verl(path, options=options, lenient=lenient, facts_source=facts)
     else:
         trace = import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
     if from_sidecar:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,6 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import TraceError
 from ..schema import ExtraMetricRecord, PipelineMode, RunMeta, StepRecord
 from ..validation import SkippedRow, empty_frame, validate_frame
+
+_LARGEST_FLOAT = sys.float_info.max
+
+GPU_COUNT_ASSUMED = "GPU count not in the log: assumed"
+"""The start of the note an importer writes when it had to assume the GPU count."""
 
 
 class ImportOptions(BaseModel):
@@ -67,6 +73,9 @@ class BadValue(Exception):
 
 def number(record: dict, key: str, *, required: bool) -> float | None:
     """A finite, non-negative number from a foreign record; BadValue names the key otherwise."""
+    value = record.get(key)
+    if type(value) is float and 0.0 <= value <= _LARGEST_FLOAT:
+        return value  # the common case first: a long log has millions of these
     if key not in record or record[key] is None:
         if required:
             raise BadValue(key, "missing (required)")
@@ -74,7 +83,11 @@ def number(record: dict, key: str, *, required: bool) -> float | None:
     value = record[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadValue(key, f"expected a number, got {type(value).__name__} {value!r:.40}")
-    return finite_non_negative(float(value), key)
+    try:
+        as_float = float(value)
+    except OverflowError:
+        raise BadValue(key, f"{str(value)[:12]}... is too large for any measurement") from None
+    return finite_non_negative(as_float, key)
 
 
 def finite_non_negative(value: float, key: str, *, written: str | None = None) -> float:
@@ -101,6 +114,10 @@ def split_gpus(
 ) -> tuple[int, int, int]:
     """(total, train, rollout) GPUs from what the user said and what the log implies."""
     total = options.num_gpus
+    if colocated and total is None and options.train_gpus and options.rollout_gpus:
+        # A colocated run uses all its GPUs in both roles; a split given for it is the
+        # disaggregated one to compare it with, and its sum is the run's GPU count.
+        total = options.train_gpus + options.rollout_gpus
     if options.train_gpus and options.rollout_gpus and not colocated:
         given = options.train_gpus + options.rollout_gpus
         if total is not None and total != given:
@@ -114,7 +131,7 @@ def split_gpus(
         )
     if total is None:
         total = 8
-        notes.append("GPU count not in the log: assumed 8 (give num_gpus to set it)")
+        notes.append(f"{GPU_COUNT_ASSUMED} 8 (give num_gpus to set it)")
     if colocated:
         return total, total, total
     if options.train_gpus:
@@ -170,12 +187,14 @@ def steps_frame(
     *,
     source: str,
     gap_after_s: np.ndarray | None = None,
+    check: bool = True,
 ) -> pd.DataFrame:
     """Schema-checked steps table from importer-derived columns (a failure here is a bug in the
     derivation or a log whose numbers contradict each other; either way it names the step).
 
     Steps follow each other on the clock, each separated from the next by `gap_after_s` (work a
-    log timed outside its step timer, such as validation), or by nothing."""
+    log timed outside its step timer, such as validation), or by nothing. `check=False` leaves
+    the schema check to the caller (which can then name the log's own lines and keys)."""
     n = len(columns["step"])
     if n == 0:
         return empty_frame(StepRecord)
@@ -190,6 +209,8 @@ def steps_frame(
             **{k: v for k, v in columns.items() if k != "step"},
         }
     )
+    if not check:
+        return frame
     return validate_frame(frame, StepRecord, table="steps", source=source)
 
 
@@ -198,7 +219,10 @@ def extras_frame(rows: list[tuple[int, str, object]]) -> pd.DataFrame:
     if not rows:
         return empty_frame(ExtraMetricRecord)
     steps, keys, values = zip(*rows, strict=True)
-    encoded = [json.dumps(v, allow_nan=True, default=str) for v in values]
+    encoded = [
+        repr(v) if type(v) is float and -_LARGEST_FLOAT <= v <= _LARGEST_FLOAT else _json_value(v)
+        for v in values
+    ]
     return pd.DataFrame(
         {
             "schema_version": np.ones(len(rows), np.int64),
@@ -209,6 +233,39 @@ def extras_frame(rows: list[tuple[int, str, object]]) -> pd.DataFrame:
     )
 
 
+def _json_value(value: object) -> str:
+    """One extras value as strict JSON; plain finite numbers take a short path (a long log has
+    millions of them)."""
+    kind = type(value)
+    if kind is float and math.isfinite(value):  # type: ignore[arg-type]
+        return repr(value)
+    if kind is int:
+        return str(value)
+    return json.dumps(finite_json(value), allow_nan=False, default=str)
+
+
+def finite_json(value: object) -> object:
+    """`value` with NaN and infinities, which JSON cannot hold, as None (JSON null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [finite_json(v) for v in value]
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    return value
+
+
+def has_non_finite(value: object) -> bool:
+    """Whether `value` holds a NaN or an infinity anywhere."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, list):
+        return any(has_non_finite(v) for v in value)
+    if isinstance(value, dict):
+        return any(has_non_finite(v) for v in value.values())
+    return False
+
+
 __all__ = [
     "BadValue",
     "ExtraMetricRecord",
@@ -216,7 +273,9 @@ __all__ = [
     "LineProblems",
     "device_roles",
     "extras_frame",
+    "finite_json",
     "finite_non_negative",
+    "has_non_finite",
     "imported_meta",
     "number",
     "required_number",

@@ -153,11 +153,14 @@ def imbalance_runs(imbalance: np.ndarray, threshold: float) -> ImbalanceRuns:
 
 def recommended_consecutive_signals(run_steps: np.ndarray, break_even: float) -> int:
     """The k that best separates runs that repay a resize started after k signals from those
-    that do not: maximise (runs >= k + break-even) - (runs >= k but shorter than that)."""
+    that do not: maximise (runs >= k + break-even) - (runs >= k but shorter than that).
+
+    k never exceeds the longest run: a controller that waits longer than any imbalance the
+    trace shows is a controller that never resizes, which the advice says in words instead."""
     if len(run_steps) == 0:
         return 1
     best_k, best_score = 1, -math.inf
-    for k in range(1, max(1, math.ceil(break_even)) + 1):
+    for k in range(1, max(1, min(math.ceil(break_even), int(run_steps.max()))) + 1):
         triggered = run_steps >= k
         repaid = run_steps >= k + break_even
         score = int(repaid.sum()) - int((triggered & ~repaid).sum())
@@ -187,9 +190,11 @@ def recommended_threshold(
 
 @dataclass(frozen=True)
 class Advice:
-    cooldown_steps: int
-    dwell_steps: int
-    consecutive_signals: int
+    """Settings derived from the moves the report shows; all None when the split should stay."""
+
+    cooldown_steps: int | None
+    dwell_steps: int | None
+    consecutive_signals: int | None
     up_threshold: float | None
     """Imbalance above which to move GPUs to Rollout; None: never pays on this trace."""
     down_threshold: float | None
@@ -199,6 +204,12 @@ class Advice:
     projected_saving_hours: float
     projected_saving_gpu_hours: float
     projected_job_hours_static: float
+    keep_split_because: str | None = None
+    """Why no resize settings are advised (then every setting above is None)."""
+
+    @property
+    def keeps_split(self) -> bool:
+        return self.keep_split_because is not None
 
 
 @dataclass(frozen=True)
@@ -210,6 +221,13 @@ class BreakevenReport:
     runs: ImbalanceRuns
     advice: Advice
     notes: list[str]
+    assumed: tuple = ()
+    """The `run_facts.AssumedFact`s of the analysis context: what the report depends on that
+    nothing gave."""
+    recorded: str = ""
+    """How the recorded run ran, where that is not a split (a colocated run)."""
+    warnings: tuple[str, ...] = ()
+    """Costs used outside the range they were fitted on."""
 
     def transitions_frame(self) -> pd.DataFrame:
         return pd.DataFrame([t.__dict__ for t in self.transitions])
@@ -297,17 +315,73 @@ def _advise(
     total_gpus: int,
     job_steps: int,
 ) -> Advice:
+    """Settings from the best move away from the current split only (a row the report always
+    shows); when no move pays back, or no imbalance level makes one pay within the trace's typical
+    imbalance run, the advice is to keep the split and no setting is given."""
     here = labels.index(current.label)
     from_here = [t for t in transitions if t.from_allocation == current.label and t.steps]
     best = min(from_here, key=_paying_steps) if from_here else None
-    paying = [t for t in transitions if t.steps is not None]
-    reference = best or (min(paying, key=_paying_steps) if paying else None)
-    break_even = _paying_steps(reference) if reference else float(job_steps)
-    upper = reference.ci_high_steps if reference and reference.ci_high_steps else 2 * break_even
     all_runs = runs.all_steps
     typical_run = float(np.median(all_runs)) if len(all_runs) else float(len(imbalance))
+    up, down = _thresholds(
+        candidates, here, steady_step_s, imbalance, cost_s=cost_s, horizon_steps=typical_run
+    )
+    static_step_s = float(np.mean(steady_step_s[:, here]))
+    keep_because = None
+    if best is None:
+        keep_because = f"no move from {current.label} pays back on this trace"
+    elif up is None and down is None:
+        keep_because = (
+            f"at no imbalance level does a one-notch move repay its {cost_s:.1f} s resize within "
+            f"the trace's typical imbalance run ({typical_run:.0f} steps)"
+        )
+    if keep_because is not None:
+        return Advice(
+            cooldown_steps=None,
+            dwell_steps=None,
+            consecutive_signals=None,
+            up_threshold=None,
+            down_threshold=None,
+            best_move=None if best is None else _move(best),
+            job_steps=job_steps,
+            projected_saving_hours=0.0,
+            projected_saving_gpu_hours=0.0,
+            projected_job_hours_static=job_steps * static_step_s / 3600,
+            keep_split_because=keep_because,
+        )
+    assert best is not None
+    break_even = _paying_steps(best)
+    upper = best.ci_high_steps if best.ci_high_steps else 2 * break_even
+    saved_s = max(0.0, job_steps * best.mean_saving_per_step_s - cost_s)
+    return Advice(
+        cooldown_steps=math.ceil(upper),
+        dwell_steps=math.ceil(break_even),
+        consecutive_signals=recommended_consecutive_signals(all_runs, break_even),
+        up_threshold=up,
+        down_threshold=down,
+        best_move=_move(best),
+        job_steps=job_steps,
+        projected_saving_hours=saved_s / 3600,
+        projected_saving_gpu_hours=saved_s / 3600 * total_gpus,
+        projected_job_hours_static=job_steps * static_step_s / 3600,
+    )
 
-    # Savings of moving one notch towards the bottleneck, step by step, from the current split.
+
+def _move(transition: BreakEven) -> str:
+    return f"{transition.from_allocation} -> {transition.to_allocation}"
+
+
+def _thresholds(
+    candidates: tuple[Allocation, ...],
+    here: int,
+    steady_step_s: np.ndarray,
+    imbalance: np.ndarray,
+    *,
+    cost_s: float,
+    horizon_steps: float,
+) -> tuple[float | None, float | None]:
+    """Up and down thresholds: savings of moving one notch towards the bottleneck, step by
+    step, from the current split."""
     by_train = sorted(range(len(candidates)), key=lambda i: candidates[i].train_gpus)
     position = by_train.index(here)
     more_rollout = by_train[position - 1] if position > 0 else None
@@ -319,7 +393,7 @@ def _advise(
             imbalance[rollout_bound],
             (steady_step_s[:, here] - steady_step_s[:, more_rollout])[rollout_bound],
             cost_s=cost_s,
-            horizon_steps=typical_run,
+            horizon_steps=horizon_steps,
         )
     if more_train is not None:
         train_bound = imbalance < 0
@@ -327,25 +401,9 @@ def _advise(
             -imbalance[train_bound],
             (steady_step_s[:, here] - steady_step_s[:, more_train])[train_bound],
             cost_s=cost_s,
-            horizon_steps=typical_run,
+            horizon_steps=horizon_steps,
         )
-
-    static_step_s = float(np.mean(steady_step_s[:, here]))
-    saved_s = 0.0
-    if best is not None:
-        saved_s = max(0.0, job_steps * best.mean_saving_per_step_s - cost_s)
-    return Advice(
-        cooldown_steps=math.ceil(upper),
-        dwell_steps=math.ceil(break_even),
-        consecutive_signals=recommended_consecutive_signals(all_runs, break_even),
-        up_threshold=up,
-        down_threshold=down,
-        best_move=None if best is None else f"{best.from_allocation} -> {best.to_allocation}",
-        job_steps=job_steps,
-        projected_saving_hours=saved_s / 3600,
-        projected_saving_gpu_hours=saved_s / 3600 * total_gpus,
-        projected_job_hours_static=job_steps * static_step_s / 3600,
-    )
+    return up, down
 
 
 def paper_break_even_steps() -> float:

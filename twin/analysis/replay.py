@@ -29,27 +29,35 @@ from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.importers.common import finite_json
+from dynaresize.traces.importers.verl_switches import CONTROLLER as VERL_SEPARATE_ASYNC
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
 from dynaresize.traces.staged_dir import staged_dir
 
 from ..analysis_context import AnalysisContext, context_from_config
 from ..calibration.fit import CostFit, fitted_overrides
+from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
-from ..config import ScenarioConfig
-from ..costs.rollout import rollout_stage_s_many
-from ..costs.sync import weight_sync_s
-from ..costs.train import train_stage_s
-from ..optimal import OptimalSchedule, Regret, optimum_of_context
+from ..config import ScenarioConfig, load_config
+from ..optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
+from ..run_facts import AssumedFact, RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
+from .colocated import (
+    colocated_prediction,
+    fastest_start,
+    with_start_fact,
+)
 
 PolicySpec = str | Mapping[str, Any] | PolicyConfigBase
 """A policy as replay takes it: a config, a mapping of one, or the CLI form `KIND[:k=v,...]`."""
 
 RECORDED_MEASURED = "recorded (measured)"
 RECORDED_PREDICTED = "recorded (twin)"
+COLOCATED_MEASURED = "recorded colocated (measured)"
+COLOCATED_PREDICTED = "recorded colocated (twin)"
 OFFLINE_OPTIMUM = "offline optimum"
 
 TABLE_COLUMNS = [
@@ -78,10 +86,20 @@ class ReplayResult:
     optimum: OptimalSchedule
     fit: CostFit | None
     notes: list[str] = field(default_factory=list)
+    assumed: tuple[AssumedFact, ...] = ()
+    """Facts the comparison depends on that nothing gave (printed first, in replay.json)."""
+    warnings: tuple[str, ...] = ()
+    """Costs used outside the range they were fitted on."""
 
     @property
     def measured_total_s(self) -> float:
-        return float(self.table.loc[self.table["name"] == RECORDED_MEASURED, "total_s"].iloc[0])
+        """The recorded run's measured total (the table's first row)."""
+        return float(self.table["total_s"].iloc[0])
+
+    recorded_decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The recorded run's controller decisions, where its log kept them."""
+    optimal_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)
+    """The optimum's start and moves (`twin.optimal.schedule_table`)."""
 
     @property
     def prediction_error(self) -> float:
@@ -136,7 +154,7 @@ def replay_trace(
     steps = trace.steps
     if len(steps) == 0:
         raise ConfigError("the trace has no steps to replay")
-    notes = list(context.assumptions) + trace_notes(trace)
+    notes = list(context.notes) + trace_notes(trace)
     colocated = is_colocated(trace)
     first, schedule = recorded_schedule(steps)
     if colocated:
@@ -158,10 +176,29 @@ def replay_trace(
     cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
     scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
     sim_context = build_context(scenario, workload=workload, costs=costs)
-
+    assumed = context.assumed
+    if colocated and context.what_if_start_assumed:
+        first = fastest_start(sim_context.step_costs)
+        cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
+        scenario = scenario.model_copy(update={"cluster": cluster})
+        sim_context = build_context(scenario, workload=workload, costs=costs)
+        assumed = with_start_fact(assumed, first)
     if colocated:
+        notes.append(
+            f"colocated run on {trace.meta.num_gpus or int(steps['train_gpus'].iloc[0])} GPUs: "
+            "compared with disaggregated splits, held or resized, starting from "
+            f"{first.label}; the offline optimum is over disaggregated schedules, so the "
+            "colocated rows have no regret against it"
+        )
         predicted_steps = colocated_prediction(steps, workload, scenario)
         predicted_total_s = float(predicted_steps["step_s"].sum())
+        predicted_row_resizes, predicted_row_thrash = 0, 0
+    elif not schedule:
+        # A run that never resized is a static split, whose steps the pipeline follows exactly
+        # (`step_costs.static_step_times`): read them off the matrix, no simulation needed.
+        column = sim_context.step_costs.step_s[:, sim_context.step_costs.index(first)]
+        predicted_steps = pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": column})
+        predicted_total_s = float(column.sum())
         predicted_row_resizes, predicted_row_thrash = 0, 0
     else:
         run = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
@@ -171,7 +208,13 @@ def replay_trace(
         predicted_row_thrash = run.summary.thrash_count
     if policies is None:
         policies = list(scenario.policies) if context.from_config else []
-        if not policies:
+        if not policies and _recorded_controller(trace) == VERL_SEPARATE_ASYNC:
+            policies = [{"kind": "hysteresis"}, {"kind": "verl_switch"}]
+            notes.append(
+                "no policy given: replayed the hysteresis policy and verl_switch (veRL's "
+                "separate-async rule, which recorded this run's decisions) with their defaults"
+            )
+        elif not policies:
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
     configs = as_policy_configs(policies)
@@ -181,11 +224,30 @@ def replay_trace(
     }
 
     optimum = optimum_of_context(sim_context)
-    measured_s = measured_total_s(steps)
+    measured_s, outside_s = measured_total_s(steps), between_steps_s(steps)
+    if outside_s > 0:
+        measured_s -= outside_s
+        notes.append(
+            f"{outside_s:.1f} s between steps outside any resize (validation, checkpoints) "
+            "left out of the measured total: no compared run models them"
+        )
+    recorded_resizes = len(schedule)
+    if not schedule and len(trace.resizes):
+        recorded_resizes = int(trace.resizes["resize_id"].nunique())
+        notes.append(
+            f"the recorded run's controller switched GPUs {recorded_resizes} times within its "
+            f"steps ({_switch_seconds(trace):.1f} s measured); the twin's rows move GPUs "
+            "between whole steps"
+        )
+    measured_name, predicted_name = (
+        (COLOCATED_MEASURED, COLOCATED_PREDICTED)
+        if colocated
+        else (RECORDED_MEASURED, RECORDED_PREDICTED)
+    )
     entries = [
-        (RECORDED_MEASURED, "recorded", measured_s, len(schedule), 0),
+        (measured_name, "recorded", measured_s, recorded_resizes, 0),
         (
-            RECORDED_PREDICTED,
+            predicted_name,
             "recorded",
             predicted_total_s,
             predicted_row_resizes,
@@ -201,7 +263,15 @@ def replay_trace(
         ),
         (OFFLINE_OPTIMUM, "optimum", optimum.total_s, optimum.num_resizes, 0),
     ]
-    rows = [_row(*entry, optimum_s=optimum.total_s, measured_s=measured_s) for entry in entries]
+    rows = [
+        _row(
+            *entry,
+            optimum_s=optimum.total_s,
+            measured_s=measured_s,
+            has_regret=not (colocated and entry[1] == "recorded"),
+        )
+        for entry in entries
+    ]
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     if fit is not None:
         notes = [f"fit: {line}" for line in fit.quality_lines()] + notes
@@ -214,6 +284,10 @@ def replay_trace(
         optimum=optimum,
         fit=fit,
         notes=notes,
+        assumed=assumed,
+        warnings=context.warnings,
+        recorded_decisions=trace.decisions,
+        optimal_schedule=optimum_schedule_table(sim_context, optimum, steps["step"].to_numpy()),
     )
     result.notes.insert(
         0,
@@ -228,31 +302,39 @@ def is_colocated(trace: Trace) -> bool:
     return trace.meta.pipeline_mode is PipelineMode.COLOCATED
 
 
-def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFrame:
-    """The twin's step times of a colocated run: every GPU generates, then every GPU trains,
-    then the weights reach the engines; nothing overlaps (the cost models, no pipeline)."""
-    gpus = steps["train_gpus"].to_numpy(np.int64)
-    replicas = np.maximum(1, gpus // scenario.cluster.rollout_tensor_parallel_size)
-    tokens = workload.tokens_per_step()
-    step_s = np.empty(len(steps))
-    for n in np.unique(gpus):
-        rows = gpus == n
-        r = int(replicas[rows][0])
-        rollout = rollout_stage_s_many(workload, num_replicas=r, params=scenario.costs.rollout)
-        train = train_stage_s(
-            tokens, train_gpus=int(n), model=scenario.model, params=scenario.costs.train
-        )
-        step_s[rows] = (rollout + train)[rows]
-    if len(step_s):
-        # The run's first step pays the one-time warm-ups, as in `stage_time_components`.
-        costs = scenario.costs
-        step_s[0] += costs.rollout.first_step_warmup_s + costs.train.first_step_warmup_s
-    sync = weight_sync_s(
-        weights_gb=scenario.model.weights_gb,
-        bandwidth_gbps=scenario.cluster.weight_sync_bandwidth_gbps(),
-        params=scenario.costs.sync,
-    )
-    return pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": step_s + sync})
+def decisions_table(result: ReplayResult) -> pd.DataFrame:
+    """Every compared run's decisions in one table, a `run` column first: the recorded run's
+    controller (where its log kept its decisions) and each replayed policy."""
+    frames = []
+    if len(result.recorded_decisions):
+        frames.append(result.recorded_decisions.assign(run=RECORDED_MEASURED))
+    for name, run in result.policies.items():
+        if len(run.decisions):
+            frames.append(run.decisions.assign(run=name))
+    if not frames:
+        return pd.DataFrame(columns=["run", "step", "decision", "from_allocation", "to_allocation"])
+    table = pd.concat(frames, ignore_index=True)
+    return table[["run", *[c for c in table.columns if c != "run"]]]
+
+
+def _recorded_controller(trace: Trace) -> str | None:
+    """The policy that recorded the trace's decisions, if it has any."""
+    decisions = trace.decisions
+    return str(decisions["policy"].iloc[0]) if len(decisions) else None
+
+
+def between_steps_s(steps: pd.DataFrame) -> float:
+    """Seconds between steps at boundaries without a resize (validation, checkpoints)."""
+    if len(steps) < 2:
+        return 0.0
+    boundaries = step_boundaries(steps)
+    gaps = boundaries.loc[boundaries["resize_id"].isna(), "gap_s"].to_numpy(np.float64)
+    return float(np.clip(gaps, 0.0, None).sum())
+
+
+def _switch_seconds(trace: Trace) -> float:
+    resizes = trace.resizes
+    return float((resizes["end_s"] - resizes["start_s"]).sum())
 
 
 def _row(
@@ -264,16 +346,20 @@ def _row(
     *,
     optimum_s: float,
     measured_s: float,
+    has_regret: bool = True,
 ) -> dict:
+    """One row; `has_regret` False for a run that is no schedule of the optimum's (colocated),
+    whose regret is then NaN rather than a figure that could be negative."""
     regret = Regret(policy_total_s=total_s, optimal_total_s=optimum_s)
+    nan = float("nan")
     return {
         "name": name,
         "kind": kind,
         "total_s": total_s,
         "total_h": total_s / 3600,
-        "speedup_vs_recorded": measured_s / total_s if total_s > 0 else float("nan"),
-        "regret_s": regret.regret_s,
-        "regret_pct": 100 * regret.regret_fraction,
+        "speedup_vs_recorded": measured_s / total_s if total_s > 0 else nan,
+        "regret_s": regret.regret_s if has_regret else nan,
+        "regret_pct": 100 * regret.regret_fraction if has_regret else nan,
         "num_resizes": num_resizes,
         "thrash_count": thrash,
     }
@@ -319,6 +405,8 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
     with staged_dir(out_dir, replace=False) as staging:
         result.table.to_csv(staging / "replay.csv", index=False)
         payload = {
+            "assumed": [f.as_dict() for f in result.assumed],
+            "warnings": list(result.warnings),
             "table": result.table.to_dict(orient="records"),
             "prediction_error": result.prediction_error,
             "step_time_mape": result.step_time_mape,
@@ -326,7 +414,8 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             "fit": None if result.fit is None else result.fit.quality_lines(),
             "notes": result.notes,
         }
-        (staging / "replay.json").write_text(json.dumps(payload, indent=2))
+        text = json.dumps(finite_json(payload), indent=2, allow_nan=False)
+        (staging / "replay.json").write_text(text + "\n")
         (staging / "config.json").write_text(scenario.model_dump_json(indent=2))
         if result.fit is not None:
             import yaml
@@ -334,6 +423,8 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             text = yaml.safe_dump(fitted_overrides(result.fit), sort_keys=False)
             (staging / "costs.yaml").write_text(text)
         result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
+        result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
+        decisions_table(result).to_csv(staging / "decisions.csv", index=False)
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
 
 
@@ -345,16 +436,23 @@ def run_replay(
     costs: str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
+    facts: RunFacts | None = None,
+    strict: bool = False,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
     `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
-    built from the trace's metadata and stated assumptions (twin.analysis_context).
-    `policies` are policy configs, mappings or CLI specs (`KIND[:key=value,...]`); None takes
-    the config's policies (or hysteresis). `costs` replaces fitting with the given parameters.
+    built from the trace's metadata, `facts` (the user's flags) and stated assumptions
+    (twin.analysis_context); `strict` refuses any assumption. `policies` are policy configs,
+    mappings or CLI specs (`KIND[:key=value,...]`); None takes the config's policies (or
+    hysteresis). `costs` replaces fitting with the given parameters.
     """
-    loaded = open_trace(trace, lenient=lenient)
-    context = context_from_config(config, [loaded], costs_path=costs)
+    scenario = load_config(config) if isinstance(config, str | os.PathLike) else config
+    split = scenario.cluster.initial_allocation if scenario is not None else None
+    loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split)
+    context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
+    if strict:
+        refuse_assumed(context.assumed)
     result = replay_trace(loaded, context, policies=policies, fit_to_trace=costs is None)
     if out_dir is not None:
         write_replay_outputs(

@@ -8,6 +8,11 @@ arithmetic and the advice rules).
 
 from __future__ import annotations
 
+import json
+import os
+from dataclasses import asdict, replace
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -23,6 +28,7 @@ from ..calibration.trace_costs import trace_model_inputs
 from ..costs.resize import plan_resizes
 from ..step_costs import compute_step_costs, steady_step_s_without_warmup
 from .breakeven import BreakEven, BreakevenReport, analyse
+from .colocated import fastest_start, modelled_stage_steps, with_start_fact
 
 
 def measured_resize_cost_s(
@@ -55,7 +61,7 @@ def breakeven_for_trace(
     trace: Trace,
     context: AnalysisContext,
     *,
-    job_steps: int,
+    job_steps: int = 1000,
     fit_to_trace: bool = True,
     imbalance_threshold: float = 0.1,
     confidence: float = 0.9,
@@ -64,10 +70,13 @@ def breakeven_for_trace(
 ) -> tuple[BreakevenReport, CostFit | None]:
     """Break-even report of a trace in an analysis context.
 
-    Costs are fitted to the trace first unless `fit_to_trace` is False (costs given by the
-    user). Returns the report and the `CostFit` (None when not fitted).
+    `job_steps` is the length of the job the advice projects its savings for (steps);
+    `imbalance_threshold` the |imbalance| counted as imbalanced; `confidence`, `num_resamples`
+    and `seed` set the bootstrap interval. Costs are fitted to the trace first unless
+    `fit_to_trace` is False (costs given by the user). Returns the report, whose `assumed`
+    lists the facts the context had to assume, and the `CostFit` (None when not fitted).
     """
-    notes = list(context.assumptions) + list(trace.meta.notes)
+    notes = list(context.notes) + list(trace.meta.notes)
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
     notes += inputs.inferred
     workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
@@ -96,8 +105,21 @@ def breakeven_for_trace(
             f"resize model, {scenario.pipeline.resize_strategy.value} critical path of the "
             "costlier direction"
         )
+    measured_stages = trace.steps
+    assumed = context.assumed
+    recorded = ""
     if trace.meta.pipeline_mode is PipelineMode.COLOCATED:
-        current = context.initial  # no split was used; the context says which one is assumed
+        # No split was used: the what-ifs start from the given split, else the fastest one.
+        current = context.initial
+        if context.what_if_start_assumed:
+            current = fastest_start(step_costs)
+            assumed = with_start_fact(assumed, current)
+        measured_stages = modelled_stage_steps(step_costs, current)
+        recorded = _colocated_line(trace, steady, step_costs, current)
+        notes.append(
+            "colocated run: the imbalance runs are those of the twin's rollout and training "
+            f"times on {current.label} (the run's own stage times, each on every GPU, show none)"
+        )
     else:
         current = most_used_allocation(trace.steps)
     if current not in step_costs.candidates:
@@ -106,7 +128,7 @@ def breakeven_for_trace(
             f"splits ({', '.join(c.label for c in step_costs.candidates)})"
         )
     report = analyse(
-        steps=trace.steps,
+        steps=measured_stages,
         steady_step_s=steady,
         candidates=step_costs.candidates,
         current=current,
@@ -120,7 +142,18 @@ def breakeven_for_trace(
         seed=seed,
         notes=notes,
     )
-    return report, fit
+    return replace(report, assumed=assumed, recorded=recorded, warnings=context.warnings), fit
+
+
+def _colocated_line(trace: Trace, steady: np.ndarray, step_costs, start: Allocation) -> str:
+    measured = float(trace.steps["step_s"].mean())
+    modelled = float(steady[:, step_costs.index(start)].mean())
+    gpus = trace.meta.num_gpus or int(trace.steps["train_gpus"].iloc[0])
+    return (
+        f"trace ran colocated on {gpus} GPUs (mean step {measured:.2f} s measured); "
+        f"disaggregated {start.label}: {modelled:.2f} s per step modelled "
+        f"({modelled / measured - 1:+.1%})"
+    )
 
 
 def _steps_text(value: float | None) -> str:
@@ -149,9 +182,10 @@ def shown_transitions(report: BreakevenReport) -> list[BreakEven]:
 def report_lines(report: BreakevenReport) -> list[str]:
     """The report as plain text lines for a terminal."""
     pct = round(report.transitions[0].confidence * 100) if report.transitions else 90
+    ran = report.recorded or f"trace ran mostly on {report.current_allocation}"
     lines = [
         f"resize critical path: {report.cost_s:.1f} s ({report.cost_source})",
-        f"trace ran mostly on {report.current_allocation}",
+        ran,
         "",
         f"{'move':<12}{'saving/step s':>15}{'break-even':>12}{f'{pct}% CI (steps)':>22}",
     ]
@@ -192,10 +226,16 @@ def report_lines(report: BreakevenReport) -> list[str]:
     def threshold_text(value: float | None) -> str:
         return "never resize this way on this trace" if value is None else f"{value:.2f}"
 
+    lines += ["", "advice:"]
+    if advice.keep_split_because is not None:
+        lines += [
+            f"  keep the split {report.current_allocation}: {advice.keep_split_because}; no "
+            "resize settings are advised",
+            f"  job of {advice.job_steps} steps: {advice.projected_job_hours_static:.2f} h static",
+        ]
+        return lines + [f"note: {n}" for n in report.notes]
     lines += [
-        "",
-        "advice:",
-        f"  best move from {report.current_allocation}: {advice.best_move or 'none pays back'}",
+        f"  best move from {report.current_allocation}: {advice.best_move}",
         f"  cooldown_steps: {advice.cooldown_steps}",
         f"  dwell_steps: {advice.dwell_steps}",
         f"  consecutive signals: {advice.consecutive_signals}",
@@ -207,3 +247,31 @@ def report_lines(report: BreakevenReport) -> list[str]:
     ]
     lines += [f"note: {n}" for n in report.notes]
     return lines
+
+
+def report_payload(report: BreakevenReport) -> dict:
+    """The report as plain JSON data: assumed facts, every move, imbalance runs and advice."""
+    runs = report.runs
+    return {
+        "assumed": [f.as_dict() for f in report.assumed],
+        "warnings": list(report.warnings),
+        "current_allocation": report.current_allocation,
+        "resize_cost_s": report.cost_s,
+        "resize_cost_source": report.cost_source,
+        "transitions": [asdict(t) for t in report.transitions],
+        "imbalance_runs": {
+            "threshold": runs.threshold,
+            "rollout_bound_steps": runs.rollout_bound_steps.tolist(),
+            "train_bound_steps": runs.train_bound_steps.tolist(),
+        },
+        "advice": asdict(report.advice),
+        "notes": report.notes,
+    }
+
+
+def write_report_json(report: BreakevenReport, path: str | os.PathLike[str]) -> None:
+    """breakeven's `--out` file, written whole or not at all."""
+    from dynaresize.traces.staged_dir import write_file_atomically
+
+    text = json.dumps(report_payload(report), indent=2, allow_nan=False) + "\n"
+    write_file_atomically(Path(path), lambda f: f.write(text))

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .fit import CostFit, fit_costs, fitted_overrides
     from .fit_resize import ResizeFit, fit_resize_phases
     from .stage_fit import FitError, StageFit
-    from .trace_costs import TraceModelInputs, calibrate, trace_model_inputs
+    from .trace_costs import TraceModelInputs, calibrate, calibrated_file, trace_model_inputs
     from .validate import run_validation, validate_trace
     from .validation_report import ValidationReport, plot_validation
 
@@ -42,6 +42,7 @@ __all__ = [
     "TraceModelInputs",
     "ValidationReport",
     "calibrate",
+    "calibrated_file",
     "fit_costs",
     "fit_resize_phases",
     "fitted_overrides",
@@ -63,6 +64,7 @@ __getattr__, __dir__ = lazy_exports(
         "fit_resize_phases": "fit_resize",
         "TraceModelInputs": "trace_costs",
         "calibrate": "trace_costs",
+        "calibrated_file": "trace_costs",
         "trace_model_inputs": "trace_costs",
         "ValidationReport": "validation_report",
         "plot_validation": "validation_report",

@@ -56,6 +56,30 @@ class CostFit:
     def report_lines(self) -> list[str]:
         return self.quality_lines() + [f"note: {n}" for n in self.notes]
 
+    def warning_lines(self) -> list[str]:
+        """Stages whose fit leaves much of a clearly varying measurement unexplained: the
+        twin's extrapolation to other splits then rests on the held parameters, not the data."""
+        lines = []
+        for s in self.stages:
+            r2, mean = s.r2, s.mean_s
+            if r2 is None or r2 >= POOR_FIT_R2 or mean <= 0:
+                continue
+            spread = s.rmse_s / mean
+            if spread >= POOR_FIT_RMSE_SHARE:
+                lines.append(
+                    f"warning: the {s.stage} fit explains little of the measured variation "
+                    f"(R² {r2:.3f}, RMSE {spread:.0%} of the mean {mean:.3g} s over "
+                    f"{s.num_steps} points): its predictions for other splits rest on the "
+                    "assumed parameters"
+                )
+        return lines
+
+
+POOR_FIT_R2 = 0.5
+"""Below this R², a fit is reported as poor when the measurements also vary clearly..."""
+POOR_FIT_RMSE_SHARE = 0.05
+"""...by an RMSE of at least this share of their mean (a constant fit to a near-constant
+measurement has R² about 0 and is fine)."""
 
 STAGE_FITTERS: tuple[StageFitter, ...] = (fit_rollout, fit_train, fit_sync)
 

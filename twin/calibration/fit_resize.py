@@ -322,7 +322,9 @@ class ResizeStageFitter:
             params=params,
             measured_s=np.concatenate([p.measured_s for p in fit.phases]),
             predicted_s=np.concatenate([p.predicted_s for p in fit.phases]),
-            assumptions=[r for p in fit.phases for r in p.reasons] + fit.notes,
+            # The per-phase reasons and notes are in `self.result.report_lines()`, which the
+            # calibration report prints once; repeating them here printed them twice.
+            assumptions=[],
         )
         return costs.model_copy(update={"resize": fit.params}), stage
 

@@ -18,11 +18,12 @@ from dynaresize.traces.workload import Workload
 
 from ..analysis_context import AnalysisContext
 from ..costs import CostModels
+from ..costs.provenance import CALIBRATE, FittedOn, stamped
 from ..trace_source import trace_workload
-from .fit import CostFit, FitError, fit_costs
+from .fit import CostFit, FitError, fit_costs, fitted_overrides
 from .fit_resize import ResizeFit, ResizeStageFitter, has_resize_records
 
-__all__ = ["TraceModelInputs", "calibrate", "trace_model_inputs"]
+__all__ = ["TraceModelInputs", "calibrate", "calibrated_file", "trace_model_inputs"]
 
 
 def calibrate(
@@ -52,6 +53,24 @@ def calibrate(
         extra_fitters=[resize_fitter] if resize_fitter else [],
     )
     return fit, resize_fitter.result if resize_fitter is not None else None
+
+
+def calibrated_file(
+    fit: CostFit, traces: Sequence[Trace], context: AnalysisContext, *, sources: Sequence[str]
+) -> dict:
+    """What `dynaresize calibrate` writes: the fitted sections, stamped with the model sizes and
+    hardware they were fitted on and a digest of each section (`costs.provenance`)."""
+    sizes = [t.meta.model_params_b or context.model.num_params_b for t in traces]
+    cluster = context.scenario.cluster
+    fitted_on = FittedOn(
+        written_by=CALIBRATE,
+        model_params_b_min=min(sizes),
+        model_params_b_max=max(sizes),
+        hardware=f"{cluster.total_gpus} GPUs of {cluster.gpu_memory_gb:g} GB, weight-sync link "
+        f"{context.sync_bandwidth_gbps:g} GB/s, host staging {cluster.host_bandwidth_gbps:g} GB/s",
+        traces=list(sources),
+    )
+    return stamped(fitted_overrides(fit), fitted_on)
 
 
 @dataclass(frozen=True)

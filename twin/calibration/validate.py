@@ -23,21 +23,25 @@ flushed to disk) that no cost model describes, which stays in the measured total
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dynaresize.config_io import ConfigError
+from dynaresize.config_io import ConfigError, load_yaml_mapping
 from dynaresize.policies.types import Allocation, CostSource
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from ..analysis_context import AnalysisContext, context_from_config
-from ..config import ScenarioConfig
+from ..config import ScenarioConfig, load_config
+from ..costs.provenance import written_by_calibrate
+from ..run_facts import RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
+from .recorded_scenario import recorded_scenario, scenario_differences
 from .resize_measure import critical_phase_spans, measured_critical_paths, step_boundaries
 from .validation_report import ValidationReport, write_validation_outputs
 
@@ -183,8 +187,8 @@ def validate_trace(
     predicted = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
     if prelude_outside_step_zero is None:
         prelude_outside_step_zero = _prelude_outside_step_zero(trace, mode)
-    notes = list(context.assumptions) + trace_notes(trace)
-    return _compare(
+    notes = list(context.notes) + trace_notes(trace)
+    report = _compare(
         steps,
         predicted,
         recorded_phases=trace.resizes,
@@ -194,6 +198,7 @@ def validate_trace(
         prelude_outside_step_zero=prelude_outside_step_zero,
         notes=notes,
     )
+    return replace(report, assumed=context.assumed, warnings=context.warnings)
 
 
 def _compare(
@@ -311,17 +316,57 @@ def run_validation(
     config: ScenarioConfig | str | os.PathLike[str] | None = None,
     out_dir: str | os.PathLike[str] | None = None,
     lenient: bool = False,
+    facts: RunFacts | None = None,
+    strict: bool = False,
+    force: bool = False,
 ) -> ValidationReport:
     """The `dynaresize validate` entry point: read, replay, compare, and write `out_dir`.
 
-    `config` is a scenario or the path of a scenario YAML file; without one, the scenario is
-    built from the trace's metadata and stated assumptions (twin.analysis_context).
+    The cost file must be one `dynaresize calibrate` wrote (every section unchanged). `config`
+    is a scenario or the path of a scenario YAML file; without one, the run's own scenario file
+    beside the trace is used, else one built from the trace's metadata, `facts` (the user's
+    flags) and stated assumptions (twin.analysis_context); `strict` refuses any assumption. A
+    config that differs from the run's own scenario, or a cost file calibrate did not write, is
+    refused unless `force`, which notes it instead.
     """
     if not Path(costs).is_file():
         raise FileNotFoundError(2, "no such cost file", str(costs))
-    loaded = open_trace(trace, lenient=lenient)
-    context = context_from_config(config, [loaded], costs_path=costs)
+    forced: list[str] = []
+    recorded = recorded_scenario(trace)
+    if recorded is not None:
+        own, own_path = recorded
+        if config is None:
+            config = own
+            forced.append(f"scenario: the run's own {own_path}")
+        else:
+            given = config if isinstance(config, ScenarioConfig) else load_config(config)
+            differences = scenario_differences(given, own)
+            if differences and not force:
+                raise ValidationInputError(
+                    f"--config differs from the run's own scenario {own_path} in "
+                    f"{'; '.join(differences)}: leave --config out to use the run's, or give "
+                    "--force"
+                )
+            if differences:
+                forced.append(
+                    f"--force: --config differs from {own_path}: {'; '.join(differences)}"
+                )
+            config = given
+    loaded = open_trace(trace, lenient=lenient, facts=facts)
+    context = context_from_config(config, [loaded], costs_path=costs, facts=facts)
+    if strict:
+        refuse_assumed(context.assumed)
+    problem = written_by_calibrate(load_yaml_mapping(os.fspath(costs)))
+    if problem is not None and context.costs.cost_source is CostSource.CALIBRATED:
+        message = f"{costs} is not a cost file dynaresize calibrate wrote: {problem}"
+        if not force:
+            raise ValidationInputError(
+                f"{message}; validate compares calibrated costs with a run (write them with "
+                "dynaresize calibrate, or give --force)"
+            )
+        forced.append(f"--force: {message}")
     report = validate_trace(loaded, context)
+    report = replace(report, notes=forced + report.notes)
     if out_dir is not None:
         write_validation_outputs(
             report, Path(out_dir), title=f"{_run_name(Path(trace))}: twin against measured"

@@ -34,6 +34,10 @@ class ValidationReport:
     pipeline_mode: PipelineMode
     cost_source: CostSource
     notes: list[str] = field(default_factory=list)
+    assumed: tuple = ()
+    """The `run_facts.AssumedFact`s the replayed scenario rests on."""
+    warnings: tuple[str, ...] = ()
+    """Costs used outside the range they were fitted on."""
 
     @property
     def step_ape(self) -> np.ndarray:
@@ -73,6 +77,8 @@ class ValidationReport:
     def as_dict(self) -> dict:
         """The figures of the report, JSON-ready."""
         return {
+            "assumed": [f.as_dict() for f in self.assumed],
+            "warnings": list(self.warnings),
             "num_steps": len(self.per_step),
             "num_resizes": len(self.resizes),
             "pipeline_mode": self.pipeline_mode.value,

@@ -23,6 +23,7 @@ from dynaresize.config_io import (
 )
 from dynaresize.policies.types import CostSource
 
+from .provenance import FittedOn
 from .resize import ResizeCostParams
 from .rollout import RolloutCostParams
 from .sync import SyncCostParams
@@ -30,6 +31,7 @@ from .train import TrainCostParams
 
 __all__ = [
     "CostModels",
+    "FittedOn",
     "ResizeCostParams",
     "RolloutCostParams",
     "SyncCostParams",
@@ -59,6 +61,11 @@ class CostModels(BaseModel):
         default=CostSource.MODEL,
         description="Where these parameters come from (model defaults or a calibration); "
         "policies see it in their observations.",
+    )
+    fitted_on: FittedOn | None = Field(
+        default=None,
+        description="The model sizes and hardware the parameters were fitted on (None: the "
+        "built-in defaults); using them outside that range prints a warning.",
     )
 
     def with_overrides(self, overrides: dict[str, Any]) -> CostModels:

@@ -403,6 +403,10 @@ def plan_resize(
 ) -> ResizePlan:
     """Lay the strategy's DAG out in time: each phase starts when its last dependency ends.
 
+    A phase that moves bytes takes at least the time its link needs for them
+    (`_link_capacity_gbps`), whatever its per-GB rate says: a rate fitted on small models or
+    other hardware cannot imply a transfer faster than the configured link.
+
     `starts_rollout_engines` says the move gives the rollout side GPUs; False (it gains none)
     makes the rollout re-init phase, and every phase that runs only on moves gaining rollout,
     take no time, and True those that run only on moves gaining training. The trainer counts
@@ -418,6 +422,9 @@ def plan_resize(
         )
         for link in Link
     }
+    link_gbps = _link_capacity_gbps(
+        host_bandwidth_gbps, interconnect_bandwidth_gbps, trainers_before, trainers_after
+    )
     end: dict[PhaseName, float] = {}
     planned = []
     for name in topological_order(phases, strategy=strategy):
@@ -427,6 +434,7 @@ def plan_resize(
         if spec.share is MovedShare.CHANGED_OWNER and trainers_before and trainers_after:
             gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
+        duration_s = max(duration_s, gb / link_gbps[spec.link])
         if not runs_on_move(spec, gains_rollout=starts_rollout_engines):
             duration_s, gb = 0.0, 0.0
         end[name] = start_s + duration_s
@@ -437,6 +445,23 @@ def plan_resize(
     background_tail_s = max(overhang, default=0.0)
     slowdown_s = params.background_contention * sum(overhang)
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
+
+
+def _link_capacity_gbps(
+    host_bandwidth_gbps: float,
+    interconnect_bandwidth_gbps: float,
+    trainers_before: int | None,
+    trainers_after: int | None,
+) -> dict[Link, float]:
+    """The most GB per second a phase's bytes can cross each link at: no fitted or configured
+    per-GB rate may imply more. Host staging runs on every trainer's own PCIe link at once, as
+    many lanes as the smaller trainer count (one when the move is not known); GPU-to-GPU
+    traffic crosses the configured link."""
+    lanes = min(trainers_before, trainers_after) if trainers_before and trainers_after else 1
+    return {
+        Link.HOST: host_bandwidth_gbps * max(1, lanes),
+        Link.INTERCONNECT: interconnect_bandwidth_gbps,
+    }
 
 
 def runs_on_move(spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
