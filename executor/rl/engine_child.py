@@ -14,14 +14,14 @@ in torch and the engine's modules; its `preload` pulls in vLLM) and the engine b
 The conversation, one request at a time over a duplex pipe:
 
     parent -> child   the pickled factory, once; then (operation, payload) tuples:
-                      generate (requests, params, step) | load_weights (WeightsMessage) |
-                      release | rebuild | close
+                      generate (requests, params, step) | map_buffer (WeightsMessage) |
+                      load_weights (WeightsMessage) | release | rebuild | close
     child -> parent   ("ok", value) or ("error", ChildFailure)
 
-Weights never travel through the pipe: the parent writes them into a file in shared memory
-(/dev/shm) and sends its name; the child maps it and removes the name at once, so from then on
-the buffer has no name either side could leak, and it disappears with the last process mapping
-it.
+Weights never travel through the pipe: they live in a file in shared memory (/dev/shm) that
+the parent creates and both sides map; the child maps it as soon as it is created (`map_buffer`)
+and removes its name, so from then on the buffer has no name either side could leak, and it
+disappears with the last process mapping it. A load then only says which buffer to read.
 
 The child goes away with its parent in three ways: PR_SET_PDEATHSIG (Linux; set only when the
 parent started it from its main thread, because the signal follows the thread that forked), a
@@ -212,6 +212,9 @@ class _Host:
         if operation == "generate":
             requests, params, step = payload
             return self._running().generate(requests, params, step=step)
+        if operation == "map_buffer":
+            self._map(payload)
+            return None
         if operation == "load_weights":
             return self.load_weights(payload)
         if operation == "release":
@@ -290,7 +293,10 @@ class _Host:
         )
         with contextlib.suppress(FileNotFoundError):
             os.unlink(message.path)
-        self.mapped = {message.path: flat}  # an older buffer is not needed any more
+        # keep the buffer of the weights loaded last (a rebuild reads it), drop any other
+        current = self.current.path if self.current is not None else None
+        self.mapped = {p: t for p, t in self.mapped.items() if p == current}
+        self.mapped[message.path] = flat
         return flat
 
     @staticmethod

@@ -12,11 +12,13 @@ How data crosses (the child's side is `engine_child.py`):
 
 - requests, sampling parameters and results are pickled over a pipe (they are small);
 - weights go through shared memory: a file in `/dev/shm` named after the engine (the run and
-  the worker) and this process, sized once, written here, mapped there. The child removes the
-  name as soon as it has mapped the file, this side removes it on every other path (a failed
-  start, `close`, garbage collection, interpreter exit), and a new engine process removes the
-  files of parents that no longer exist. `staging_tensor` gives the buffer itself, so a caller
-  can receive a broadcast straight into it and `load_weights` copies nothing on this side.
+  the worker) and this process, sized once, mapped on both sides as soon as it is made, and its
+  name removed then: it lives for one round trip. This side also removes it on every other path
+  (a failed start, `close`, garbage collection, interpreter exit), and a new engine process
+  removes the files of parents that no longer exist (killed within that round trip).
+  `staging_tensor` gives the buffer itself, so a caller can receive a broadcast straight into
+  it and `load_weights` copies nothing on this side. The buffer holds the weights loaded last
+  (a released engine reads them when rebuilt): write into it only right before `load_weights`.
 
 Failures: an exception in the child comes back as one `EngineProcessError` naming the engine,
 the operation and the child's error (`VLLMStartError: vLLM could not start on model folder X:
@@ -119,6 +121,10 @@ class WeightLoadTiming:
     """The engine was released: the weights load when it is rebuilt."""
 
 
+Layout = tuple[tuple[str, tuple[int, ...]], ...]
+"""(name, shape) of each tensor of a state dict laid out flat."""
+
+
 @dataclass
 class _Buffer:
     path: Path
@@ -126,9 +132,13 @@ class _Buffer:
     dtype: torch.dtype
     tensor: torch.Tensor
 
-    @property
-    def dtype_name(self) -> str:
-        return str(self.dtype).removeprefix("torch.")
+    def message(self, names_shapes: Layout | None) -> WeightsMessage:
+        return WeightsMessage(
+            path=str(self.path),
+            numel=self.numel,
+            dtype=str(self.dtype).removeprefix("torch."),
+            names_shapes=names_shapes,
+        )
 
 
 class EngineProcess:
@@ -204,14 +214,8 @@ class EngineProcess:
         if flat.data_ptr() != buffer.tensor.data_ptr():
             buffer.tensor.copy_(flat)
             copied = time.monotonic() - begin
-        message = WeightsMessage(
-            path=str(buffer.path),
-            numel=buffer.numel,
-            dtype=buffer.dtype_name,
-            names_shapes=names_shapes,
-        )
+        message = buffer.message(names_shapes)
         reply: LoadReply = self._call("load_weights", message, doing="loading weights")
-        _remove(buffer.path)  # mapped on both sides now; the child removed it already
         self.last_load = WeightLoadTiming(
             copy_s=copied,
             engine_s=reply.map_s + reply.engine_s,
@@ -312,9 +316,14 @@ class EngineProcess:
             ) from error
         finally:
             os.close(fd)
-        tensor = torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
-        self._buffer = _Buffer(path=path, numel=numel, dtype=dtype, tensor=tensor)
-        return self._buffer
+        try:
+            tensor = torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
+            buffer = _Buffer(path=path, numel=numel, dtype=dtype, tensor=tensor)
+            self._call("map_buffer", buffer.message(None), doing="sharing the weight buffer")
+        finally:
+            _remove(path)  # mapped on both sides (or failed): the name is not needed any more
+        self._buffer = buffer
+        return buffer
 
     def _call(
         self, operation: str, payload: Any, *, doing: str, timeout_s: float | None = None
@@ -387,9 +396,6 @@ class EngineProcess:
             f"rollout engine {self.name} (pid {self.pid}) died while {doing} ({status})",
             operation=doing,
         )
-
-
-Layout = tuple[tuple[str, tuple[int, ...]], ...]
 
 
 def _flat_view(weights: Weights) -> tuple[torch.Tensor, Layout | None]:
