@@ -9,7 +9,11 @@ once in this process and once in an engine process (`EngineProcess`, built by
 - a weight load of the whole model (median): in-process the engine's load; in a process the copy
   into shared memory, the engine's load there, and the round trip;
 - release and rebuild (median), and the child's resident memory running and released;
-- rollout tokens/s on one batch (every sample runs to the cap, so rates compare directly).
+- rollout tokens/s on one batch (every sample runs to the cap, so rates compare directly), the
+  two engines' calls alternated so that both see the same load.
+
+Each (engine, model) pair runs in a fresh process of its own: an in-process vLLM engine binds
+the process's threads and warms caches that would flatter the next start in the same process.
 
     python benchmarks/bench_engine_process.py                 # own sampler (and vLLM if installed)
     /work/venv-vllm/bin/python benchmarks/bench_engine_process.py --tag cpu
@@ -26,6 +30,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -69,6 +75,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tag", default="cpu")
     parser.add_argument("--out", default="benchmarks/results")
+    parser.add_argument("--only", default="", help=argparse.SUPPRESS)  # one pair, in a child
+    parser.add_argument("--json-out", default="", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
@@ -103,13 +111,19 @@ def requests_for(args: argparse.Namespace) -> list[GenerationRequest]:
     ]
 
 
-def tokens_per_s(engine: RolloutEngine, requests, params: SamplingParams, repeats: int) -> float:
-    engine.generate(requests[:2], params.model_copy(update={"max_new_tokens": 4}), step=0)
-    rates = []
+def interleaved_tokens_per_s(
+    engines: dict[str, RolloutEngine], requests, params: SamplingParams, repeats: int
+) -> dict[str, float]:
+    """Median tokens/s of each engine, their calls alternated so that both see the same load
+    (every output's own `wall_s`: the engine's time, without the pipe's)."""
+    for engine in engines.values():
+        engine.generate(requests[:2], params.model_copy(update={"max_new_tokens": 4}), step=0)
+    rates: dict[str, list[float]] = {where: [] for where in engines}
     for step in range(repeats):
-        output = engine.generate(requests, params, step=step + 1)
-        rates.append(output.num_generated_tokens / output.wall_s)
-    return statistics.median(rates)
+        for where, engine in engines.items():
+            output = engine.generate(requests, params, step=step + 1)
+            rates[where].append(output.num_generated_tokens / output.wall_s)
+    return {where: statistics.median(values) for where, values in rates.items()}
 
 
 def lifecycle(engine: Any, weights: torch.Tensor, repeats: int) -> dict[str, float]:
@@ -117,8 +131,9 @@ def lifecycle(engine: Any, weights: torch.Tensor, repeats: int) -> dict[str, flo
     other = weights + 0.01
     loads, releases, rebuilds = [], [], []
     for i in range(repeats):
-        _, seconds = timed(lambda i=i: engine.load_weights(other if i % 2 == 0 else weights))
-        loads.append(seconds)
+        begin = time.perf_counter()
+        engine.load_weights(other if i % 2 == 0 else weights)
+        loads.append(time.perf_counter() - begin)
     for _ in range(repeats):
         releases.append(engine.release())
         rebuilds.append(engine.rebuild())
@@ -129,63 +144,42 @@ def lifecycle(engine: Any, weights: torch.Tensor, repeats: int) -> dict[str, flo
     }
 
 
-def in_process(kind: str, model, folder: Path, shape: EngineShape, args, requests, params):
-    weights = flatten_parameters(model)
+def start_in_process(kind: str, model, folder: Path, shape: EngineShape):
+    """The engine in this (fresh) process: vLLM's import timed apart from its first start."""
     if kind == "vllm":
         from dynaresize.executor.rl.vllm_engine import VLLMEngine, import_vllm
 
         _, import_s = timed(import_vllm)
         config = vllm_engine_config(
-            RolloutEngineConfig(kind="vllm"), model_path=folder, shape=shape, dtype="float32"
+            RolloutEngineConfig(kind=EngineKind.VLLM),
+            model_path=folder,
+            shape=shape,
+            dtype="float32",
         )
         engine, start_s = timed(lambda: VLLMEngine(config))
-        figures = {"import_s": import_s, "start_s": start_s}
-    else:
-        engine = InProcessEngine(EngineKind.OWN, model, shape)
-        figures = {"start_s": engine.start_s}
-    figures |= lifecycle(engine, weights, args.repeats)
-    figures["tokens_per_s"] = tokens_per_s(engine, requests, params, args.repeats)
-    if hasattr(engine, "close"):
-        engine.close()
-    return figures
+        return engine, {"import_s": import_s, "start_s": start_s}
+    engine = InProcessEngine(EngineKind.OWN, model, shape)
+    return engine, {"start_s": engine.start_s}
 
 
-def in_a_process(kind: str, model, shape: EngineShape, scratch: Path, args, requests, params):
-    weights = flatten_parameters(model)
+def start_in_a_process(kind: str, model, shape: EngineShape, scratch: Path):
     config = RolloutEngineConfig(kind=EngineKind(kind), separate_process=True)
     engine = build_engine(config, model, shape=shape, name=f"bench-{kind}", scratch_dir=scratch)
     assert isinstance(engine, EngineProcess)
     start = engine.start_timing
-    figures: dict[str, Any] = {
+    return engine, {
         "start_process_s": start.process_s,
         "start_import_s": start.import_s,
         "start_engine_s": start.engine_s,
         "start_s": start.total_s,
     }
-    copies, child_loads = [], []
-    for i in range(args.repeats):
-        engine.load_weights(weights + 0.01 if i % 2 == 0 else weights)
-        assert engine.last_load is not None
-        copies.append(engine.last_load.copy_s)
-        child_loads.append(engine.last_load.engine_s)
-    figures |= lifecycle(engine, weights, args.repeats)
-    figures["weight_load_copy_s"] = statistics.median(copies)
-    figures["weight_load_in_child_s"] = statistics.median(child_loads)
-    figures["tokens_per_s"] = tokens_per_s(engine, requests, params, args.repeats)
-    figures["child_rss_running_mib"] = (engine.rss_bytes() or 0) / 2**20
-    engine.release()
-    figures["child_rss_released_mib"] = (engine.rss_bytes() or 0) / 2**20
-    _, figures["close_s"] = timed(engine.close)
-    return figures
 
 
-def main() -> None:
-    args = parse_args()
+def measure(kind: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One engine on one model, in-process and in an engine process; run in a fresh process
+    per pair, so that one engine's process-wide effects (vLLM binds threads, warms its
+    caches) do not reach the next measurement."""
     torch.set_num_threads(1)
-    load_before = os.getloadavg()
-    engines = [
-        e for e in args.engines.split(",") if e != "vllm" or importlib.util.find_spec("vllm")
-    ]
     requests = requests_for(args)
     params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=7)
     shape = EngineShape(
@@ -193,20 +187,72 @@ def main() -> None:
         max_seq_len=args.prompt_len + args.max_new_tokens,
         pad_token_id=0,
     )
+    fields = qwen2(name, args.vocab_size)
+    vocab = fields.pop("vocab_size")
+    model = build_model(ModelSpec(config=fields, vocab_size=vocab, init_seed=5))
+    weights = flatten_parameters(model)
+    folder = Path(tempfile.mkdtemp(prefix="bench_engine_model_"))
+    model.save_pretrained(folder)
+    here, here_figures = start_in_process(kind, model, folder, shape)
+    child, child_figures = start_in_a_process(
+        kind, model, shape, Path(tempfile.mkdtemp(prefix="bench_engine_scratch_"))
+    )
+    here_figures |= lifecycle(here, weights, args.repeats)
+    copies, in_child = [], []
+    for i in range(args.repeats):
+        child.load_weights(weights + 0.01 if i % 2 == 0 else weights)
+        assert child.last_load is not None
+        copies.append(child.last_load.copy_s)
+        in_child.append(child.last_load.engine_s)
+    child_figures |= lifecycle(child, weights, args.repeats)
+    child_figures["weight_load_copy_s"] = statistics.median(copies)
+    child_figures["weight_load_in_child_s"] = statistics.median(in_child)
+    rates = interleaved_tokens_per_s(
+        {"in_process": here, "engine_process": child}, requests, params, args.repeats
+    )
+    here_figures["tokens_per_s"] = rates["in_process"]
+    child_figures["tokens_per_s"] = rates["engine_process"]
+    child_figures["child_rss_running_mib"] = (child.rss_bytes() or 0) / 2**20
+    child.release()
+    child_figures["child_rss_released_mib"] = (child.rss_bytes() or 0) / 2**20
+    _, child_figures["close_s"] = timed(child.close)
+    if hasattr(here, "close"):
+        here.close()
+    return {
+        "parameters": count_parameters(model),
+        "in_process": here_figures,
+        "engine_process": child_figures,
+    }
+
+
+def main() -> None:
+    args = parse_args()
+    if args.only:
+        kind, name = args.only.split("/")
+        Path(args.json_out).write_text(json.dumps(measure(kind, name, args)))
+        return
+    load_before = os.getloadavg()
+    engines = [
+        e for e in args.engines.split(",") if e != "vllm" or importlib.util.find_spec("vllm")
+    ]
     results: dict[str, Any] = {"runs": {}}
     for name in args.models.split(","):
-        fields = qwen2(name, args.vocab_size)
-        vocab = fields.pop("vocab_size")
-        model = build_model(ModelSpec(config=fields, vocab_size=vocab, init_seed=5))
-        folder = Path(tempfile.mkdtemp(prefix="bench_engine_model_"))
-        model.save_pretrained(folder)
         for kind in engines:
-            scratch = Path(tempfile.mkdtemp(prefix="bench_engine_scratch_"))
-            results["runs"][f"{kind}/{name}"] = {
-                "parameters": count_parameters(model),
-                "in_process": in_process(kind, model, folder, shape, args, requests, params),
-                "engine_process": in_a_process(kind, model, shape, scratch, args, requests, params),
-            }
+            with tempfile.NamedTemporaryFile(suffix=".json") as out:
+                subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        *sys.argv[1:],
+                        "--only",
+                        f"{kind}/{name}",
+                        "--json-out",
+                        out.name,
+                    ],
+                    check=True,
+                    timeout=3600,
+                )
+                results["runs"][f"{kind}/{name}"] = json.loads(Path(out.name).read_text())
             print(kind, name, json.dumps(results["runs"][f"{kind}/{name}"], indent=1), flush=True)
     results["setup"] = {
         "torch_version": torch.__version__,

@@ -179,6 +179,9 @@ class EngineProcess:
         spawned = time.monotonic()
         try:
             self._process = _spawn(child_end.fileno())
+        except BaseException:
+            parent_end.close()
+            raise
         finally:
             child_end.close()  # it lives in the child only, so the child's exit closes the pipe
         self._conn = Connection(parent_end.detach())
