@@ -180,7 +180,7 @@ def start_in_a_process(kind: str, model, shape: EngineShape, scratch: Path):
 def measure(kind: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     """One engine on one model, in-process and in an engine process; run in a fresh process
     per pair, so that one engine's process-wide effects (vLLM binds threads, warms its
-    caches) do not reach the next measurement."""
+    caches) do not reach the next measurement. Its folders are removed at the end."""
     torch.set_num_threads(1)
     requests = requests_for(args)
     params = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=7)
@@ -193,33 +193,35 @@ def measure(kind: str, name: str, args: argparse.Namespace) -> dict[str, Any]:
     vocab = fields.pop("vocab_size")
     model = build_model(ModelSpec(config=fields, vocab_size=vocab, init_seed=5))
     weights = flatten_parameters(model)
-    folder = Path(tempfile.mkdtemp(prefix="bench_engine_model_"))
-    model.save_pretrained(folder)
-    here, here_figures = start_in_process(kind, model, folder, shape)
-    child, child_figures = start_in_a_process(
-        kind, model, shape, Path(tempfile.mkdtemp(prefix="bench_engine_scratch_"))
-    )
-    here_figures |= lifecycle(here, weights, args.repeats)
-    copies, in_child = [], []
-    for i in range(args.repeats):
-        child.load_weights(weights + 0.01 if i % 2 == 0 else weights)
-        assert child.last_load is not None
-        copies.append(child.last_load.copy_s)
-        in_child.append(child.last_load.engine_s)
-    child_figures |= lifecycle(child, weights, args.repeats)
-    child_figures["weight_load_copy_s"] = statistics.median(copies)
-    child_figures["weight_load_in_child_s"] = statistics.median(in_child)
-    rates = interleaved_tokens_per_s(
-        {"in_process": here, "engine_process": child}, requests, params, args.repeats
-    )
-    here_figures["tokens_per_s"] = rates["in_process"]
-    child_figures["tokens_per_s"] = rates["engine_process"]
-    child_figures["child_rss_running_mib"] = (child.rss_bytes() or 0) / 2**20
-    child.release()
-    child_figures["child_rss_released_mib"] = (child.rss_bytes() or 0) / 2**20
-    _, child_figures["close_s"] = timed(child.close)
-    if hasattr(here, "close"):
-        here.close()
+    with tempfile.TemporaryDirectory(prefix="bench_engine_") as scratch:
+        folder = Path(scratch) / "model"
+        model.save_pretrained(folder)
+        here, here_figures = start_in_process(kind, model, folder, shape)
+        child, child_figures = start_in_a_process(kind, model, shape, Path(scratch) / "engine")
+        try:
+            here_figures |= lifecycle(here, weights, args.repeats)
+            copies, in_child = [], []
+            for i in range(args.repeats):
+                child.load_weights(weights + 0.01 if i % 2 == 0 else weights)
+                assert child.last_load is not None
+                copies.append(child.last_load.copy_s)
+                in_child.append(child.last_load.engine_s)
+            child_figures |= lifecycle(child, weights, args.repeats)
+            child_figures["weight_load_copy_s"] = statistics.median(copies)
+            child_figures["weight_load_in_child_s"] = statistics.median(in_child)
+            rates = interleaved_tokens_per_s(
+                {"in_process": here, "engine_process": child}, requests, params, args.repeats
+            )
+            here_figures["tokens_per_s"] = rates["in_process"]
+            child_figures["tokens_per_s"] = rates["engine_process"]
+            child_figures["child_rss_running_mib"] = (child.rss_bytes() or 0) / 2**20
+            child.release()
+            child_figures["child_rss_released_mib"] = (child.rss_bytes() or 0) / 2**20
+            _, child_figures["close_s"] = timed(child.close)
+        finally:
+            child.close()
+            if hasattr(here, "close"):
+                here.close()
     return {
         "parameters": count_parameters(model),
         "in_process": here_figures,
