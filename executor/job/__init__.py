@@ -9,8 +9,12 @@ writing a trained policy back out as a Hugging Face folder. Each module does one
 - `dataset_files`:  read and check the rows of Parquet / JSONL files (no tokenizer needed).
 - `dataset`:        render and tokenize the rows, apply the prompt length limit.
 - `prompt_sampler`: the order prompts are drawn in: seeded shuffles, epochs, a restorable position.
+- `prompt_source`:  `PromptSource`, the batches a run draws (the repeat task or a dataset): ids,
+                    token ids and what the reward needs, and a position for the checkpoint.
 - `reward`:         load a user's `compute_score` (or a built-in) and call it safely.
 - `builtin_rewards`: exact match on a final number (`#### 42`), and the repeat task's verifier.
+- `scoring`:        the reward of one generated sample: the repeat task's checker on tokens, or the
+                    reward function on the decoded response.
 - `hf_folder`:      check and load a local model folder; export a trained policy as one.
 - `char_model`:     a character-level tokenizer and a tiny Qwen2/Llama folder built locally.
 

