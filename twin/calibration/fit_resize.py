@@ -32,6 +32,7 @@ from dynaresize.traces.phases import PhaseName, StrategyName
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
 from ..costs.resize import Link, ResizeCostParams, plan_resize, runs_on_move
+from .fit_paths import fit_path_bandwidths
 from .phase_fit import ParamStatus, PhaseFit, fit_one_phase
 from .resize_measure import critical_phase_spans, measured_critical_paths
 from .resize_readings import (
@@ -192,6 +193,10 @@ def fit_resize_phases(
             f"{len(stalls)} resizes"
         )
     params = placed.model_copy(update={"coordination_s": coordination_s})
+    paths = fit_path_bandwidths(traces, base=base.path_bandwidths)
+    if paths is not None:  # per-path bandwidths, where the traces record their transfers
+        params = params.model_copy(update={"path_bandwidths": paths.bandwidths})
+        notes += paths.notes
     check = _critical_path_check(records, stalls, params, links, model)
     result = ResizeFit(params, fits, check, notes)
     if require_determined and result.undetermined():

@@ -28,6 +28,7 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from .memory import GB, ModelConfig
+from .transfer_paths import PathBandwidths, off_path_seconds, recut_shares_by_path
 
 
 class StateMoved(str, Enum):
@@ -204,6 +205,13 @@ class ResizeCostParams(BaseModel):
     )
     overlapped: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=_default_overlapped, description="Phases of the overlapped strategy."
+    )
+    path_bandwidths: PathBandwidths | None = Field(
+        default=None,
+        description="Measured bandwidth of each transfer path (shm, device, network) and where "
+        "the figures come from; with them, the part of a re-cut (share: changed_owner) that "
+        "crosses nodes costs its path's difference in seconds per GB. None: every re-cut is "
+        "priced at its phases' own rates, whatever nodes it crosses.",
     )
 
     @field_validator("stop_and_rebuild", "overlapped")
@@ -400,6 +408,7 @@ def plan_resize(
     starts_rollout_engines: bool = True,
     trainers_before: int | None = None,
     trainers_after: int | None = None,
+    workers_per_node: int | None = None,
 ) -> ResizePlan:
     """Lay the strategy's DAG out in time: each phase starts when its last dependency ends.
 
@@ -407,7 +416,9 @@ def plan_resize(
     makes the rollout re-init phase, and every phase that runs only on moves gaining rollout,
     take no time, and True those that run only on moves gaining training. The trainer counts
     before and after size the phases that move only the re-cut share of the state; without them
-    such a phase moves all of it.
+    such a phase moves all of it. `workers_per_node` places the workers on nodes, so that with
+    `params.path_bandwidths` the re-cut pieces that cross nodes are priced at the network's rate
+    (transfer_paths.py); without it every worker counts as one node's.
     """
     phases = params.phases(strategy)
     bandwidth_scale = {
@@ -423,10 +434,15 @@ def plan_resize(
     for name in topological_order(phases, strategy=strategy):
         spec = phases[name]
         start_s = max((end[d] for d in spec.depends_on), default=0.0)
-        gb = gb_moved(spec.moves, model)
+        gb_state = gb = gb_moved(spec.moves, model)
+        recut = None
         if spec.share is MovedShare.CHANGED_OWNER and trainers_before and trainers_after:
+            recut = (trainers_before, trainers_after)
             gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
+        if recut is not None and params.path_bandwidths is not None:
+            off_path_s = _off_path_s(params.path_bandwidths, gb_state, recut, workers_per_node)
+            duration_s = max(0.0, duration_s + off_path_s)
         if not runs_on_move(spec, gains_rollout=starts_rollout_engines):
             duration_s, gb = 0.0, 0.0
         end[name] = start_s + duration_s
@@ -437,6 +453,19 @@ def plan_resize(
     background_tail_s = max(overhang, default=0.0)
     slowdown_s = params.background_contention * sum(overhang)
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
+
+
+def _off_path_s(
+    bandwidths: PathBandwidths,
+    gb_state: float,
+    trainers: tuple[int, int],
+    workers_per_node: int | None,
+) -> float:
+    """Seconds a re-cut's pieces off the same-node path add to its phase (transfer_paths.py)."""
+    shares = recut_shares_by_path(
+        *trainers, workers_per_node=workers_per_node, same_node_path=bandwidths.same_node_path
+    )
+    return off_path_seconds(gb_state, shares, bandwidths)
 
 
 def runs_on_move(spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
