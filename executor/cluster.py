@@ -97,8 +97,8 @@ class Cluster:
             with contextlib.suppress(Exception):  # already dead: nothing left to release
                 ray.kill(worker, no_restart=True)
         remove_placement_group(self.placement)
-        # Shared memory and pipes of killed workers, on every node they lived on.
-        placement.sweep_nodes(nodes)
+        if len(nodes) > 1:  # shared memory and pipes of killed workers, on every node
+            placement.sweep_nodes(nodes)
         if self.started_ray:
             ray.shutdown()
 

@@ -10,9 +10,10 @@
   consecutive ids (trainers are the lowest ids, so a split at a node boundary gives each role
   whole nodes);
 - `node_notes`: the node of every worker, for the trace's notes;
-- `sweep_nodes`: on every node that held workers, remove the staging segments and pipes that
+- `sweep_nodes`: on every node of a multi-node run, remove the staging segments and pipes that
   killed workers could not (a worker killed by a signal cannot clean up, and only a process on
-  its own node can reach its shared memory).
+  its own node can reach its shared memory; on a single node this is left to the staging
+  package's own sweep, which every new pool runs).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def check_capacity(config: LiveConfig, bundles: Sequence[dict[str, float]]) -> N
     for key in ("CPU", "GPU"):
         if asked[key] > total[key] + 1e-9:
             raise PlacementError(_short_of(config, key, asked[key], total[key], len(alive)))
-    base = bundles[0] if bundles else {}
+    base = {k: v for k, v in (bundles[0] if bundles else {}).items() if k in ("CPU", "GPU")}
     for slot in config.placement.nodes:
         holders = [r for r in alive if r.get(slot.resource, 0.0) > 0]
         if not holders:
