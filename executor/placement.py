@@ -56,7 +56,8 @@ def check_address(address: str | None) -> None:
     if not host or not port_text.isdigit():
         raise PlacementError(f"--address {address}: not of the form HOST:PORT")
     try:
-        with socket.create_connection((host, int(port_text)), timeout=ADDRESS_TIMEOUT_S):
+        target_host = host.strip("[]")  # an IPv6 address in brackets
+        with socket.create_connection((target_host, int(port_text)), timeout=ADDRESS_TIMEOUT_S):
             pass
     except OSError as err:
         reason = err.strerror or type(err).__name__
@@ -118,9 +119,10 @@ def _short_of(config: LiveConfig, key: str, asked: float, have: float, num_nodes
     what = "CPUs" if key == "CPU" else "GPUs"
     per = config.cpus_per_worker if key == "CPU" else asked / config.num_workers
     field = "cpus_per_worker" if key == "CPU" else "GPU share"
+    nodes = f"{num_nodes} node" + ("" if num_nodes == 1 else "s")
     return (
         f"live.num_workers: {config.num_workers} workers x {per:g} {field} need {asked:g} "
-        f"{what}; the cluster ({num_nodes} nodes) has {have:g}"
+        f"{what}; the cluster ({nodes}) has {have:g}"
     )
 
 
