@@ -25,17 +25,17 @@ NCCL_ENV = {"NCCL_NVLS_ENABLE": "0"}
 
 def nccl_wire(*, world_size: int, device: torch.device, timeout_s: float) -> Wire:
     """An NCCL group of every worker (every worker must call this, in the same order as its
-    other groups), initialised on this worker's GPU."""
+    other groups). Its communicators start on first use: torch gives each pair of workers that
+    exchange point to point a communicator and stream of its own, so sends to one peer never
+    queue behind transfers with another."""
     if device.type != "cuda":
         raise StagingError(f"device-to-device transfers need a CUDA device, not {device}")
     if not dist.is_nccl_available():
         raise StagingError("device-to-device transfers need torch built with NCCL")
     os.environ.update(NCCL_ENV)
+    torch.cuda.set_device(device)  # the pair communicators are made on the current device
     group = dist.new_group(
-        list(range(world_size)),
-        backend="nccl",
-        timeout=timedelta(seconds=timeout_s),
-        device_id=device,
+        list(range(world_size)), backend="nccl", timeout=timedelta(seconds=timeout_s)
     )
     if group is None:
         raise StagingError("the NCCL transfer group could not be created")

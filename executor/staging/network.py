@@ -21,11 +21,12 @@ the data wire: that same gloo group on CPU, an NCCL group for transfers between 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -88,6 +89,12 @@ class PointToPoint:
         )
         self._send_lock = threading.Lock()
         self._receive_lock = threading.Lock()
+        # On a GPU wire each direction waits on its own stream: a wait on the caller's stream
+        # would queue a receive behind this worker's unrelated sends (and those behind the
+        # peers' receives), a cycle NCCL would hang in.
+        cuda = data.device.type == "cuda"
+        self._send_stream = torch.cuda.Stream(data.device) if cuda else None
+        self._receive_stream = torch.cuda.Stream(data.device) if cuda else None
 
     @property
     def buffer_bytes(self) -> int:
@@ -100,7 +107,7 @@ class PointToPoint:
         self, dst: int, tensors: Mapping[str, torch.Tensor], *, transfer_id: int
     ) -> TransferStats:
         """Stream `tensors` to worker `dst`, which receives them with `receive_into`."""
-        with self._send_lock:
+        with self._send_lock, self._on(self._send_stream):
             started = time.perf_counter()
             specs = specs_of(tensors)
             chunks = plan_chunks(specs, self.config.chunk_bytes)
@@ -124,7 +131,7 @@ class PointToPoint:
                 in_flight.append(self._isend(wire_bytes, dst, transfer_id))
             while in_flight:
                 self._wait(in_flight.popleft(), f"{what}, last chunks")
-            self._settle()
+            self._settle(self._send_stream)
             total = sum(c.num_bytes for c in chunks)
             return TransferStats(total, len(chunks), time.perf_counter() - started)
 
@@ -145,7 +152,7 @@ class PointToPoint:
         self, src: int, destination: Mapping[str, torch.Tensor], *, transfer_id: int
     ) -> TransferStats:
         """Fill `destination` (allocated by the caller) from worker `src`'s `send`."""
-        with self._receive_lock:
+        with self._receive_lock, self._on(self._receive_stream):
             started = time.perf_counter()
             specs = specs_of(destination)
             chunks = plan_chunks(specs, self.config.chunk_bytes)
@@ -184,7 +191,7 @@ class PointToPoint:
                     posted[index + depth] = self._post(
                         index + depth, chunks[index + depth], views, src, transfer_id
                     )
-            self._settle()
+            self._settle(self._receive_stream)
             total = sum(c.num_bytes for c in chunks)
             return TransferStats(total, len(chunks), time.perf_counter() - started)
 
@@ -237,11 +244,23 @@ class PointToPoint:
         if done is False:
             raise StagingError(f"{what}: no progress within {self.config.peer_timeout_s:g} s")
 
-    def _settle(self) -> None:
-        """On a GPU wire, the transfer is done when the device says so (for timing and for the
-        caller's next use of the tensors on another stream)."""
-        if self.data.device.type == "cuda":
-            torch.cuda.current_stream(self.data.device).synchronize()
+    @contextlib.contextmanager
+    def _on(self, stream: torch.cuda.Stream | None) -> Iterator[None]:
+        """Run one direction's copies and waits on its own stream (GPU wires), after what the
+        caller's stream has queued (the tensors it just wrote)."""
+        if stream is None:
+            yield
+            return
+        stream.wait_stream(torch.cuda.current_stream(self.data.device))
+        with torch.cuda.stream(stream):
+            yield
+
+    @staticmethod
+    def _settle(stream: torch.cuda.Stream | None) -> None:
+        """On a GPU wire, the transfer is done when its stream has run (for timing, and before
+        the caller uses the tensors on any stream)."""
+        if stream is not None:
+            stream.synchronize()
 
 
 def _bytes_tensor(data: bytes) -> torch.Tensor:
