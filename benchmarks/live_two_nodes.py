@@ -109,7 +109,7 @@ def job_config(*, quick: bool, model: str) -> Any:
         },
     }
     if model == "small":
-        live["model"] = {"config": SMALL_MODEL}
+        live["model"] = {"preset": None, "config": SMALL_MODEL}
         live["staging"] = {"chunk_mib": 16}
     return load_run_config(
         "live_two_nodes", overrides={"simulation": {"num_steps": num_steps}, "live": live}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -133,17 +134,18 @@ def transfer(path: TransferPath, num_bytes: int, seconds: float, resize_id: int 
     )
 
 
-def trace_with_transfers(records: list[TransferRecord]) -> Trace:
+def trace_with_transfers(
+    records: list[TransferRecord], params: ResizeCostParams | None = None
+) -> Trace:
     """A twin run of the example scenario with resizes, and the given transfer records."""
     scenario = shipped_scenario("example")
-    scenario = scenario.model_copy(
-        update={"simulation": scenario.simulation.model_copy(update={"num_steps": 10})}
-    )
+    update: dict = {"simulation": scenario.simulation.model_copy(update={"num_steps": 10})}
+    if params is not None:
+        update["costs"] = scenario.costs.model_copy(update={"resize": params})
+    scenario = scenario.model_copy(update=update)
     schedule = [{"step": 3, "allocation": "4:4"}, {"step": 6, "allocation": "6:2"}]
     result = simulate(scenario, {"kind": "scheduled", "schedule": schedule})
     extras = [to_extra(r, step=3).model_dump() for r in records]
-    import pandas as pd
-
     meta = RunMeta(source="twin", model_params_b=scenario.model.num_params_b)
     return Trace(
         meta=meta, steps=result.steps, resizes=result.resizes, extras=pd.DataFrame(extras)
@@ -182,3 +184,33 @@ def test_traces_without_transfer_records_leave_the_model_without_path_bandwidths
         [trace], model=MODEL, host_bandwidth_gbps=25.0, interconnect_bandwidth_gbps=400.0
     )
     assert fit.params.path_bandwidths is None
+
+
+def test_a_multi_node_record_is_fitted_at_its_same_node_duration() -> None:
+    """Weight-restore records whose half crossed nodes, and took that much longer, fit to the
+    same phase rates as the single-node records they came from."""
+    single = trace_with_transfers([], params=recut_params())
+    resizes = single.resizes.copy()
+    records, slower = [], []
+    for row in resizes.itertuples():
+        extra = 0.0
+        if row.phase == PhaseName.WEIGHT_RESTORE.value and row.bytes_moved > 0:
+            half = row.bytes_moved // 2
+            records.append(transfer(TransferPath.SHM, half, half / 1e9 / SHM_GBPS, row.resize_id))
+            records.append(
+                transfer(TransferPath.NETWORK, half, half / 1e9 / NETWORK_GBPS, row.resize_id)
+            )
+            extra = half / 1e9 * (1 / NETWORK_GBPS - 1 / SHM_GBPS)
+        slower.append(row.end_s + extra)
+    assert records, "the run re-cut the weights"
+    multi = trace_with_transfers(records, params=recut_params())
+    multi.resizes["end_s"] = slower
+
+    def weight_restore(trace: Trace):
+        fit = fit_resize_phases(
+            [trace], model=MODEL, host_bandwidth_gbps=25.0, interconnect_bandwidth_gbps=400.0
+        )
+        return fit.params.overlapped[PhaseName.WEIGHT_RESTORE]
+
+    assert weight_restore(multi).base_s == pytest.approx(weight_restore(single).base_s, abs=1e-6)
+    assert weight_restore(multi).s_per_gb == pytest.approx(weight_restore(single).s_per_gb)

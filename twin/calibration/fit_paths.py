@@ -6,6 +6,10 @@ its transfers together: the least-squares rate of `seconds = bytes / bandwidth` 
 size, which charges a path its per-transfer overheads as a phase pays them. Paths the records do
 not show keep the base model's figure (or stay unknown). The same-node path is the one the
 records' same-node pieces took (device where any went device to device, else shm).
+
+A phase's `s_per_gb` means its rate on the same-node path; a record of a run over several nodes
+is fitted at the duration it would have had there (`same_node_durations`): less, for its pieces
+that took another path, their gigabytes times that path's extra seconds per GB.
 """
 
 from __future__ import annotations
@@ -32,9 +36,37 @@ class PathFit:
 
 
 def transfer_records(traces: Sequence[Trace]) -> pd.DataFrame:
-    frames = [transfers_frame(t.extras) for t in traces]
+    """Every trace's transfer records, with the index of its trace."""
+    frames = [transfers_frame(t.extras).assign(trace_index=i) for i, t in enumerate(traces)]
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def same_node_durations(
+    group: pd.DataFrame, transfers: pd.DataFrame, bandwidths: PathBandwidths
+) -> np.ndarray:
+    """Each phase record's duration less the extra time of its pieces off the same-node path
+    (gigabytes times the difference of seconds per GB): what it would have taken on one node.
+    Records that moved no bytes, and paths of unknown bandwidth, are left as they are."""
+    durations = group["duration_s"].to_numpy(float).copy()
+    same = bandwidths.seconds_per_gb(bandwidths.same_node_path)
+    if transfers.empty or same is None:
+        return durations
+    extra: dict[tuple[int, int, str], float] = {}
+    for (trace_index, resize_id, phase, path), rows in transfers.groupby(
+        ["trace_index", "resize_id", "phase", "path"]
+    ):
+        rate = bandwidths.seconds_per_gb(TransferPath(path))
+        if path == bandwidths.same_node_path.value or rate is None:
+            continue
+        key = (int(trace_index), int(resize_id), str(phase))
+        extra[key] = extra.get(key, 0.0) + rows["num_bytes"].sum() / GB * (rate - same)
+    for i, row in enumerate(group.itertuples(index=False)):
+        if row.bytes_moved > 0:
+            phase = str(getattr(row.phase, "value", row.phase))
+            key = (int(row.trace_index), int(row.resize_id), phase)
+            durations[i] = max(0.0, durations[i] - extra.get(key, 0.0))
+    return durations
 
 
 def fit_path_bandwidths(
