@@ -13,7 +13,7 @@
 
 Each transfer moves one fp32 slice of the given size from process 0 to process 1, after a
 barrier, timed on the receiver from its first request to the last byte in place (as the live
-records time it); the median of `--repeats` is reported per size. Writes
+records time it); the paths take turns, and the median of `--repeats` is reported per size. Writes
 benchmarks/results/transfer_paths_<device>.json and .md.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import platform
 import statistics
 import sys
@@ -75,8 +76,8 @@ def _measure(rank: int, init_file: str, args: argparse.Namespace, queue) -> None
     transfer_id = 0
     for size_mib in args.sizes_mib:
         tensor = {"master": torch.ones(size_mib * MIB // 4, device=device)}
-        for path in ("shm", *wires):
-            for _ in range(args.repeats):
+        for _ in range(args.repeats):
+            for path in ("shm", *wires):  # alternated: a change in load hits every path alike
                 transfer_id += 1
                 dist.barrier(group=control)
                 if rank == 0:
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-mib", type=int, default=16)
     args = parser.parse_args(argv)
     started = time.perf_counter()
+    load_before = os.getloadavg()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     with tempfile.TemporaryDirectory() as folder:
@@ -144,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
         "chunk_mib": args.chunk_mib,
         "machine": platform.node(),
         "elapsed_s": time.perf_counter() - started,
+        "cpus": os.cpu_count(),
+        "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
         "rows": rows,
     }
     RESULTS.mkdir(exist_ok=True)
@@ -152,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         f"# Transfer paths ({args.device})",
         "",
         f"`{report['command']}`",
+        "",
+        f"{os.cpu_count()} CPUs, 1-minute load average {load_before[0]:.1f} before and "
+        f"{os.getloadavg()[0]:.1f} after: a machine shared with other jobs, so compare the paths "
+        "within one run (they take turns), not across runs.",
         "",
         "| path | MiB | median s | s/GB | GB/s |",
         "|---|---:|---:|---:|---:|",

@@ -145,6 +145,8 @@ def run_check(args: argparse.Namespace, out: Path, *, address: str, cluster: Any
         "resizes": resized.num_resizes,
         "resized_run_s": round(resized_s, 2),
         "address": address,
+        "cpus": os.cpu_count(),
+        "load_average_1m_at_end": os.getloadavg()[0],
     }
     report |= _lineage(resized_out, live)
     report |= _state(resized_out, static_out)
