@@ -14,6 +14,11 @@ Exp#2): 254.8 s for stop-and-rebuild and 187.2 s critical for the overlapped str
 deferred optimizer restore and communicator prewarm run in the background. The figure prints four
 values per strategy whose assignment to phases is not certain and which do not add up exactly to
 the stated totals; the defaults keep the four groups and hit the totals.
+
+Per-path bandwidths (`path_bandwidths`: shared memory, device to device, network) have no
+default figures, since the paper measures none: they come from `dynaresize calibrate` on the
+executor's transfer records, and their `source` names those records. Without them a re-cut is
+priced at its phases' own rates, as before.
 """
 
 from __future__ import annotations
