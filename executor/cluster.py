@@ -18,6 +18,7 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from . import placement
 from .config import DeviceKind, LiveConfig
 
 if TYPE_CHECKING:
@@ -33,7 +34,12 @@ class ClusterError(RuntimeError):
 
 def worker_env() -> dict[str, str]:
     """Environment every worker starts with: one thread per library (workers share the cores)."""
-    return {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_NVLS_ENABLE": "0",  # NVLink multicast stays off: the GPU machines require it
+    }
 
 
 def connect(*, address: str | None, config: LiveConfig) -> bool:
@@ -86,18 +92,26 @@ class Cluster:
     started_ray: bool
 
     def shutdown(self) -> None:
+        nodes = placement.bundle_nodes(self.placement)
         for worker in self.workers:
             with contextlib.suppress(Exception):  # already dead: nothing left to release
                 ray.kill(worker, no_restart=True)
         remove_placement_group(self.placement)
+        if len(nodes) > 1:  # shared memory and pipes of killed workers, on every node
+            placement.sweep_nodes(nodes)
         if self.started_ray:
             ray.shutdown()
 
 
 def reserve(config: LiveConfig) -> PlacementGroup:
-    """One bundle per device, packed onto as few nodes as the cluster allows."""
-    bundles = [bundle_for(config) for _ in range(config.num_workers)]
-    group = placement_group(bundles, strategy="PACK", name=PLACEMENT_GROUP_NAME)
+    """One bundle per device, placed as `live.placement` says (packed onto as few nodes as the
+    cluster allows unless told otherwise); a cluster that can never hold them is refused at
+    once."""
+    bundles = placement.worker_bundles(config, base=bundle_for(config))
+    placement.check_capacity(config, bundles)
+    group = placement_group(
+        bundles, strategy=placement.ray_strategy(config), name=PLACEMENT_GROUP_NAME
+    )
     ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
     if not ready:
         remove_placement_group(group)
@@ -121,10 +135,11 @@ def start_workers(
         actor_cls = LiveWorker
     remote_cls = ray.remote(actor_cls)
     share = bundle_for(config)
+    bundle_of = placement.bundle_order(group, config)  # the workers of a node: consecutive ids
     workers = []
     for worker_id in range(config.num_workers):
         strategy = PlacementGroupSchedulingStrategy(
-            placement_group=group, placement_group_bundle_index=worker_id
+            placement_group=group, placement_group_bundle_index=bundle_of[worker_id]
         )
         workers.append(
             remote_cls.options(

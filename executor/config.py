@@ -23,6 +23,7 @@ from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
+from .placement_config import PlacementSettings
 from .rl.model_spec import ModelPreset, ModelSpec
 from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .rl.task import RepeatTask, RepeatTaskConfig
@@ -55,10 +56,29 @@ class RolloutEngines(str, Enum):
     replicas start engines again and its trainers hold none."""
 
 
+class StagingPath(str, Enum):
+    """How a resize's state moves between two workers of one node (pairs on different nodes
+    always go over the network, chunked through bounded buffers)."""
+
+    AUTO = "auto"
+    """Device to device when both workers have a GPU of their own, else through shared memory."""
+    HOST = "host"
+    """Always through host memory: shared memory on one node, gloo over host buffers between
+    nodes."""
+    DEVICE = "device"
+    """Device to device (NCCL send/recv) between GPUs of one node, NCCL between nodes; needs one
+    GPU per worker."""
+
+
 class StagingSettings(BaseModel):
     """Host staging of a resize's state: the bounded pool state streams through."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: StagingPath = Field(
+        default=StagingPath.AUTO,
+        description="auto, host or device: how state moves between two workers of one node.",
+    )
 
     chunk_mib: int = Field(default=256, ge=1, description="Size of one host staging buffer (MiB).")
     num_buffers: int = Field(default=2, ge=1, description="Host staging buffers in the pool.")
@@ -204,6 +224,10 @@ class LiveConfig(BaseModel):
     worker_timeout_s: float = Field(
         default=600.0, gt=0, description="Longest a single worker call may take before failing."
     )
+    placement: PlacementSettings = Field(
+        default_factory=PlacementSettings,
+        description="Which node each worker lives on and which splits the nodes allow.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -237,6 +261,11 @@ class LiveConfig(BaseModel):
                     f"candidate_allocations: {candidate} uses {candidate.total_gpus} workers "
                     f"but num_workers is {self.num_workers}"
                 )
+        self.placement.check_fits(
+            num_workers=self.num_workers,
+            initial=self.initial_allocation,
+            listed=self.candidate_allocations,
+        )
         for entry in getattr(self.policy, "schedule", ()):
             if entry.allocation not in self.candidates:
                 raise ValueError(
@@ -247,7 +276,30 @@ class LiveConfig(BaseModel):
             raise ValueError(
                 f"initial_allocation {self.initial_allocation} is not among candidate_allocations"
             )
+        self._check_staging_path()
         return self
+
+    def _check_staging_path(self) -> None:
+        """Device-to-device moves need a GPU per worker (NCCL cannot join two ranks on one)."""
+        if self.staging.path is not StagingPath.DEVICE:
+            return
+        if self.device is not DeviceKind.CUDA:
+            raise ValueError("staging.path: device needs device: cuda")
+        if self.num_gpus < self.num_workers:
+            raise ValueError(
+                f"staging.path: device needs a GPU per worker ({self.num_workers} workers, "
+                f"num_gpus is {self.num_gpus}); use auto or host"
+            )
+
+    @property
+    def device_transfers(self) -> bool:
+        """Whether same-node moves go device to device: a GPU per worker and a path that allows
+        it (auto or device)."""
+        return (
+            self.device is DeviceKind.CUDA
+            and self.num_gpus >= self.num_workers
+            and self.staging.path is not StagingPath.HOST
+        )
 
     def build_task(self) -> RepeatTask:
         return RepeatTask(self.task)
@@ -258,11 +310,13 @@ class LiveConfig(BaseModel):
 
     @property
     def candidates(self) -> tuple[Allocation, ...]:
-        """The candidate splits, every split of the workers when none are listed."""
+        """The candidate splits: every split of the workers (that the placement's split rule
+        allows) when none are listed."""
         if self.candidate_allocations:
             return self.candidate_allocations
         n = self.num_workers
-        return tuple(Allocation(train_gpus=t, rollout_gpus=n - t) for t in range(n - 1, 0, -1))
+        every = (Allocation(train_gpus=t, rollout_gpus=n - t) for t in range(n - 1, 0, -1))
+        return tuple(a for a in every if self.placement.allows(a))
 
     @property
     def samples_per_step(self) -> int:

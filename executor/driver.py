@@ -43,6 +43,7 @@ from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
+from .placement import check_address, node_notes
 from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
 from .roles import RoleMap
@@ -58,6 +59,7 @@ from .step_records import (
     sample_records,
     stage_times,
     step_record,
+    transfer_records,
 )
 from .strategies.catalog import build_strategy
 from .trainer import TrainReport
@@ -112,10 +114,11 @@ def run_live(
         raise FileNotFoundError(live.replay_batches_from)
     if address is None:
         check_local_devices(live)
+    check_address(address)
+    cluster = start(live, address=address)  # a cluster that cannot hold the run: nothing written
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
-    cluster = start(live, address=address)
     scenario = config if isinstance(config, ScenarioConfig) else None
     driver = LiveSession(
         live, cluster, out, restored, Path(costs) if costs else None, scenario=scenario
@@ -379,7 +382,7 @@ class LiveSession:
         phases = self.strategy.resize(rt, target=RoleMap.for_allocation(target))
         critical_s = rt.clock() - begin
         self.last_resize = label
-        self._recorder().write(phase_records(label, phases))
+        self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0
@@ -434,7 +437,9 @@ class LiveSession:
     def _record_background(self, phases: list[PhaseTiming]) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""
         if phases and self.last_resize is not None:
-            self._recorder().write(phase_records(self.last_resize, phases))
+            label = self.last_resize
+            records = [*phase_records(label, phases), *transfer_records(label, phases)]
+            self._recorder().write(records)
 
     def _meta(self, setup: SetupReport) -> RunMeta:
         device_name = setup.device_name
@@ -455,6 +460,8 @@ class LiveSession:
                 f"device={self.live.device.value}",
                 f"strategy={self.live.resize_strategy.value}",
                 f"rollout_engines={self.live.rollout_engines.value}",
+                f"staging_path={self.live.staging.path.value}",
+                *node_notes(setup.worker_infos),
             ],
         )
 

@@ -48,7 +48,10 @@ class CandidateEstimator:
         weight_bytes_per_param: int,
         costs_path: Path | None,
         scenario: ScenarioConfig | None = None,
+        workers_per_node: int | None = None,
     ) -> None:
+        """`workers_per_node`: where the nodes are known to hold equal numbers of workers, so
+        that a calibrated model with per-path bandwidths prices cross-node pieces of a re-cut."""
         self.candidates = candidates
         self.pipeline = pipeline
         self.weight_bytes_per_param = weight_bytes_per_param
@@ -60,6 +63,7 @@ class CandidateEstimator:
             num_params=num_params,
             weight_bytes_per_param=weight_bytes_per_param,
             costs=self.costs,
+            workers_per_node=workers_per_node,
         )
         costlier = self._plans.costlier
         # One figure for the cost feedback's fallback: the costlier direction's plan.
@@ -85,6 +89,7 @@ class CandidateEstimator:
             weight_bytes_per_param=live.model.dtype.bytes_per_param,
             costs_path=costs_path,
             scenario=scenario,
+            workers_per_node=_pinned_workers_per_node(live),
         )
 
     def predict(
@@ -160,6 +165,12 @@ class CandidateEstimator:
         ]
 
 
+def _pinned_workers_per_node(live: LiveConfig) -> int | None:
+    """Workers per node where `live.placement.nodes` pins equal numbers on every node."""
+    sizes = {slot.num_workers for slot in live.placement.nodes}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
 def _load_costs(costs_path: Path | None):
     from dynaresize.twin.costs import CostModels, load_costs
 
@@ -172,6 +183,7 @@ def _twin_resize_plans(
     num_params: int,
     weight_bytes_per_param: int,
     costs: CostModels,
+    workers_per_node: int | None = None,
 ):
     """The twin's resize plans of this model: critical path and slowdown of every move."""
     from dynaresize.twin.costs.memory import ModelConfig
@@ -189,4 +201,5 @@ def _twin_resize_plans(
         params=params,
         host_bandwidth_gbps=params.reference_host_bandwidth_gbps,
         interconnect_bandwidth_gbps=params.reference_interconnect_bandwidth_gbps,
+        workers_per_node=workers_per_node,
     )

@@ -14,11 +14,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from .roles import RoleMap
 from .runtime import Runtime
+from .staging.paths import TransferStat
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class PhaseTiming:
     end_s: float
     critical: bool
     bytes_moved: int = 0
+    transfers: tuple[TransferStat, ...] = ()
+    """Each piece of state the phase moved between workers: path, bytes, seconds."""
 
 
 @dataclass
@@ -41,7 +45,7 @@ class PhaseLog:
 
     @contextmanager
     def phase(self, name: PhaseName, *, critical: bool = True) -> Iterator[dict]:
-        extra = {"bytes_moved": 0}
+        extra: dict[str, Any] = {"bytes_moved": 0, "transfers": ()}
         start = self.runtime.clock()
         yield extra
         self.phases.append(
@@ -51,6 +55,7 @@ class PhaseLog:
                 end_s=self.runtime.clock(),
                 critical=critical,
                 bytes_moved=int(extra["bytes_moved"]),
+                transfers=tuple(extra["transfers"]),
             )
         )
 

@@ -20,7 +20,14 @@ from dynaresize.policies.types import (
     StepObservation,
 )
 from dynaresize.traces.phases import PipelineMode, StrategyName
-from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, SampleRecord, StepRecord
+from dynaresize.traces.schema import (
+    DecisionRecord,
+    ExtraMetricRecord,
+    ResizePhaseRecord,
+    SampleRecord,
+    StepRecord,
+)
+from dynaresize.traces.transfers import TransferRecord, to_extra
 
 from .batch import RolloutBatch
 from .records import LineageRecord
@@ -185,4 +192,26 @@ def phase_records(label: ResizeLabel, phases: Iterable[PhaseTiming]) -> list[Res
             bytes_moved=p.bytes_moved,
         )
         for p in phases
+    ]
+
+
+def transfer_records(label: ResizeLabel, phases: Iterable[PhaseTiming]) -> list[ExtraMetricRecord]:
+    """Every transfer of the resize's phases (path, bytes, seconds), as trace rows."""
+    return [
+        to_extra(
+            TransferRecord(
+                resize_id=label.resize_id,
+                phase=stat.phase,
+                path=stat.path,
+                src_worker=stat.src_worker,
+                dst_worker=stat.dst_worker,
+                src_node=stat.src_node,
+                dst_node=stat.dst_node,
+                num_bytes=stat.num_bytes,
+                seconds=stat.seconds,
+            ),
+            step=label.step,
+        )
+        for phase in phases
+        for stat in phase.transfers
     ]

@@ -47,10 +47,12 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
     # --- setup ---------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        """Process id and host: for fault reports, and for tests that kill a worker."""
+        """Process id, node and host: for fault reports, the node map of the records and the path
+        of every move, and for tests that kill a worker."""
         return {
             "worker_id": self.worker_id,
             "pid": os.getpid(),
+            "node_id": ray.get_runtime_context().get_node_id(),
             "node_ip": ray.util.get_node_ip_address(),
             "device": str(self.device),
             "device_name": (

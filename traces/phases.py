@@ -74,3 +74,15 @@ class StrategyName(str, Enum):
     HOST_SYNC = "host_sync"
     """Workers switch role in-process; state moves synchronously through host memory, every phase
     on the critical path (the simple, correct baseline of the live executor)."""
+
+
+class TransferPath(str, Enum):
+    """The way one piece of state travels from the worker that holds it to the one that will,
+    as the executor chooses it and the twin prices it."""
+
+    SHM = "shm"
+    """Through bounded host buffers in shared memory: both workers on one node."""
+    NETWORK = "network"
+    """Point to point over the network (gloo on CPU, NCCL on GPUs): workers on different nodes."""
+    DEVICE = "device"
+    """GPU to GPU (NCCL send/recv), no host copy: two GPUs of one node."""

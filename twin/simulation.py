@@ -152,6 +152,7 @@ def build_context(
         params=costs.resize,
         host_bandwidth_gbps=cluster.host_bandwidth_gbps,
         interconnect_bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
+        workers_per_node=cluster.gpus_per_node,
     )
     steady = steady_step_s_without_warmup(step_costs, costs, config.pipeline.mode)
     predicted = _window_mean(steady, config.simulation.observation_window_steps)

@@ -197,12 +197,33 @@ def _owner_alive(name: str) -> bool:
     return True
 
 
+def _staging_folders() -> set[str]:
+    """Every folder a pool's segment or pipes may be in: /dev/shm, the folder
+    DYNARESIZE_SHM_DIR names, and the temp folder."""
+    folders = {_SHM_DIR, tempfile.gettempdir()}
+    override = os.environ.get("DYNARESIZE_SHM_DIR")
+    if override:
+        folders.add(override)
+    return folders
+
+
+def staging_entries() -> list[str]:
+    """Paths of every staging segment, pipe and grant in this node's folders, whoever owns it."""
+    found = []
+    for folder in _staging_folders():
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        found += [os.path.join(folder, n) for n in names if n.startswith(POOL_PREFIX)]
+    return sorted(found)
+
+
 def sweep_stale_pools() -> int:
     """Remove pools (and their pipes) whose owner process is gone, e.g. a killed worker actor,
     which never got to close its pool. Returns how many segments were removed."""
     removed = 0
-    folders = {_SHM_DIR, tempfile.gettempdir()}
-    for folder in folders:
+    for folder in _staging_folders():
         try:
             names = os.listdir(folder)
         except OSError:

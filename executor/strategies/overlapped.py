@@ -24,6 +24,7 @@ from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
 from ..runtime import Runtime
 from ..staging import MIB, StagingConfig
+from ..staging.paths import TransferRoutes, TransferStat
 from ..worker import LiveWorker
 from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
 from .plan import reshard_moves, staged_bytes
@@ -42,6 +43,8 @@ class OverlappedStrategy(ResizeStrategy):
         self._transfers = 0
         self._background_workers: tuple[int, ...] = ()
         self._background_phases: list[PhaseTiming] = []
+        self.routes: TransferRoutes | None = None
+        """The node of every worker and the path of every move (set by `prepare`)."""
 
     # --- setup and hooks -----------------------------------------------------------------
 
@@ -56,6 +59,7 @@ class OverlappedStrategy(ResizeStrategy):
             return
         mech = self.mechanisms(runtime)
         settings = runtime.config.staging
+        self.routes = locate_workers(runtime)
         names = runtime.call(
             runtime.all_ids,
             LiveWorker.open_staging,
@@ -67,6 +71,7 @@ class OverlappedStrategy(ResizeStrategy):
             ),
             reuse_communicators=mech.reuse_communicators,
             world_size=len(runtime.workers),
+            routes=self.routes,
         ).wait("creating staging pools")
         self._pools = dict(names)
         runtime.call(runtime.all_ids, LiveWorker.attach_staging_pools, pools=self._pools).wait(
@@ -88,6 +93,7 @@ class OverlappedStrategy(ResizeStrategy):
         )
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
+        transfers = take_transfers(runtime, tuple(reports))
         if not done:
             return
         now_clock, now_wall = runtime.clock(), time.time()
@@ -100,6 +106,7 @@ class OverlappedStrategy(ResizeStrategy):
                 end_s=max(now_clock - (now_wall - end), 0.0),
                 critical=False,
                 bytes_moved=int(sum(r["bytes_received"] for r in done)),
+                transfers=transfers,
             )
         )
 
@@ -159,6 +166,7 @@ class OverlappedStrategy(ResizeStrategy):
                     optimizer_step=step,
                 ).wait("moving master slices")
                 extra["bytes_moved"] = staged_bytes(moves, bytes_per_element=FP32_BYTES)
+                extra["transfers"] = take_transfers(runtime, involved)
             else:
                 assert shard_refs is not None
                 extra["bytes_moved"] = restore_weights_from_host(
@@ -179,6 +187,7 @@ class OverlappedStrategy(ResizeStrategy):
                 ).wait("moving optimizer moments")
                 if critical_moments:
                     extra["bytes_moved"] = 2 * staged_bytes(moves, bytes_per_element=FP32_BYTES)
+                    extra["transfers"] = take_transfers(runtime, involved)
             elif mech.defer_optimizer:
                 runtime.call(
                     target.trainer_ids, LiveWorker.defer_host_moments, optimizer_step=step
@@ -203,3 +212,19 @@ class OverlappedStrategy(ResizeStrategy):
         base = self._transfers
         self._transfers += 2 * count + 2
         return base
+
+
+def locate_workers(runtime: Runtime) -> TransferRoutes:
+    """The node of every worker (asked once, when the pools open) and the run's device setting:
+    what decides the path of every move."""
+    infos = runtime.call(runtime.all_ids, LiveWorker.info).wait("locating workers")
+    return TransferRoutes(
+        node_of_worker=tuple(str(infos[w]["node_id"]) for w in runtime.all_ids),
+        device_transfers=runtime.config.device_transfers,
+    )
+
+
+def take_transfers(runtime: Runtime, worker_ids: tuple[int, ...]) -> tuple[TransferStat, ...]:
+    """The transfers the workers received since the last call, in worker order."""
+    logs = runtime.call(worker_ids, LiveWorker.take_transfer_log).wait("collecting transfers")
+    return tuple(stat for w in sorted(logs) for stat in logs[w])

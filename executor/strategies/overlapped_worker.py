@@ -20,15 +20,17 @@ from typing import Any
 import torch
 
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.phases import PhaseName, TransferPath
 
 from ..comm_cache import CommunicatorCache, GroupKind
 from ..deferred_optimizer import DeferredOptimizerState, LoadedState
 from ..roles import RoleMap
 from ..shards import OPTIMIZER_TENSORS
 from ..staging import StagingConfig, StagingPool, StagingSender
+from ..staging.paths import TransferRoutes
 from ..trainer import TrainerRole
-from ..worker_state import WorkerState
 from .plan import SliceMove
+from .routed_worker import RoutedTransfers
 
 MOMENT_KEYS = OPTIMIZER_TENSORS
 
@@ -86,7 +88,7 @@ def _bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class OverlappedWorkerSide(WorkerState):
+class OverlappedWorkerSide(RoutedTransfers):
     """Methods of the live worker that the overlapped strategy calls."""
 
     _staging_pool: StagingPool
@@ -104,10 +106,13 @@ class OverlappedWorkerSide(WorkerState):
         staging: StagingConfig,
         reuse_communicators: bool,
         world_size: int,
+        routes: TransferRoutes | None = None,
     ) -> str:
-        """Create the staging pool and the communicator cache; returns the pool's name."""
+        """Create the staging pool, the wires `routes` needs (none: every move stays in shared
+        memory) and the communicator cache; returns the pool's name."""
         self._staging_pool = StagingPool(staging, device=self.device)
         self._staging_sender = StagingSender(staging, device=self.device)
+        self._open_routes(routes, staging, world_size=world_size)
         self._comm_cache = CommunicatorCache(
             rank=self.worker_id,
             world_size=world_size,
@@ -119,9 +124,9 @@ class OverlappedWorkerSide(WorkerState):
         return self._staging_pool.name
 
     def attach_staging_pools(self, *, pools: dict[int, str]) -> None:
-        """Map and pin every peer's pool now, so that no resize pays for it."""
+        """Map and pin every peer's pool on this node now, so that no resize pays for it."""
         for worker_id, name in pools.items():
-            if worker_id != self.worker_id:
+            if worker_id != self.worker_id and self._reaches_by_shm(worker_id):
                 self._staging_sender.attach(name)
 
     def prewarm_groups(self) -> None:
@@ -141,6 +146,7 @@ class OverlappedWorkerSide(WorkerState):
         self._comm_cache.wait_prewarmed()
         self._staging_sender.close()
         self._staging_pool.close()
+        self._close_routes()
 
     # --- state export --------------------------------------------------------------------
 
@@ -166,11 +172,18 @@ class OverlappedWorkerSide(WorkerState):
         source: dict[str, torch.Tensor],
         work: BackgroundWork | None,
     ) -> _Sends:
-        """One thread per destination worker, each streaming its slices in plan order."""
+        """One thread per destination worker on this node, each streaming its slices in plan
+        order through that worker's pool; one more for every slice off shared memory, in plan
+        order (the wires send one transfer at a time, and element order keeps every sender and
+        every receiver taking their transfers in one global order, so none waits on another)."""
         by_dst: dict[int, list[int]] = {}
+        routed: list[int] = []
         for index, move in enumerate(moves):
             if move.src_worker == self.worker_id and not move.local:
-                by_dst.setdefault(move.dst_worker, []).append(index)
+                if self._path(move) is TransferPath.SHM:
+                    by_dst.setdefault(move.dst_worker, []).append(index)
+                else:
+                    routed.append(index)
         sends = _Sends()
 
         def run(indices: list[int]) -> None:
@@ -181,11 +194,8 @@ class OverlappedWorkerSide(WorkerState):
                         k: t[move.src_start : move.src_start + move.numel]
                         for k, t in source.items()
                     }
-                    stats = self._staging_sender.send(
-                        pools[move.dst_worker],
-                        tensors,
-                        transfer_id=transfer_ids[index],
-                        sender_id=self.worker_id,
+                    stats = self._send_slice(
+                        move, tensors, pools=pools, transfer_id=transfer_ids[index]
                     )
                     sends.sent_bytes.append(stats.num_bytes)
                 if work is not None:
@@ -193,9 +203,12 @@ class OverlappedWorkerSide(WorkerState):
             except BaseException as exc:  # surfaced by the caller
                 sends.errors.append(exc)
 
+        lanes = {f"stage-send-{dst}": idx for dst, idx in by_dst.items()}
+        if routed:
+            lanes["stage-send-routed"] = routed
         sends.threads = [
-            threading.Thread(target=run, args=(idx,), name=f"stage-send-{dst}", daemon=True)
-            for dst, idx in by_dst.items()
+            threading.Thread(target=run, args=(idx,), name=name, daemon=True)
+            for name, idx in lanes.items()
         ]
         for thread in sends.threads:
             thread.start()
@@ -207,8 +220,11 @@ class OverlappedWorkerSide(WorkerState):
         transfer_ids: dict[int, int],
         into: dict[str, torch.Tensor],
         local_source: dict[str, torch.Tensor] | None,
+        *,
+        phase: PhaseName,
     ) -> int:
-        """Fill this worker's new slice: local overlaps by a device copy, the rest staged."""
+        """Fill this worker's new slice: local overlaps by a device copy, the rest staged (by
+        each move's path), logged as transfers of `phase`."""
         received = 0
         for index, move in enumerate(moves):
             if move.dst_worker != self.worker_id:
@@ -220,9 +236,7 @@ class OverlappedWorkerSide(WorkerState):
                     start = move.src_start
                     view.copy_(local_source[key][start : start + move.numel])
                 continue
-            stats = self._staging_pool.receive_into(
-                views, transfer_id=transfer_ids[index], sender_id=move.src_worker
-            )
+            stats = self._receive_slice(move, views, transfer_id=transfer_ids[index], phase=phase)
             received += stats.num_bytes
         return received
 
@@ -253,7 +267,9 @@ class OverlappedWorkerSide(WorkerState):
             master = torch.empty(
                 trainer.layout.shard_numel(trainer.rank), dtype=torch.float32, device=self.device
             )
-            received = self._receive_slices(moves, ids, {"master": master}, source)
+            received = self._receive_slices(
+                moves, ids, {"master": master}, source, phase=PhaseName.WEIGHT_RESTORE
+            )
             trainer.load_weights(master, optimizer_step=optimizer_step)
         sent = sends.join()
         return {"sent": float(sent), "received": float(received)}
@@ -289,7 +305,9 @@ class OverlappedWorkerSide(WorkerState):
                     k: torch.empty(numel, dtype=torch.float32, device=self.device)
                     for k in MOMENT_KEYS
                 }
-                got = self._receive_slices(moves, ids, moments, source)
+                got = self._receive_slices(
+                    moves, ids, moments, source, phase=PhaseName.OPTIMIZER_RESTORE
+                )
                 if work is not None:
                     work.bytes_received += got
                     work.mark_finished()

@@ -32,6 +32,7 @@ from dynaresize.traces.phases import PhaseName, StrategyName
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
 from ..costs.resize import Link, ResizeCostParams, plan_resize, runs_on_move
+from .fit_paths import fit_path_bandwidths, same_node_durations, transfer_records
 from .phase_fit import ParamStatus, PhaseFit, fit_one_phase
 from .resize_measure import critical_phase_spans, measured_critical_paths
 from .resize_readings import (
@@ -140,6 +141,8 @@ def fit_resize_phases(
     if not any(t.meta.model_params_b for t in traces):
         notes.append(f"no trace states its model size: {model.num_params_b:g}B assumed")
     updated = {s: dict(base.phases(s)) for s in StrategyName}
+    paths = fit_path_bandwidths(traces, base=base.path_bandwidths)
+    transfers = transfer_records(traces) if paths is not None else None
     fits = []
     for (strategy_value, phase_value), group in records.groupby(["strategy", "phase"], sort=True):
         strategy, phase = StrategyName(strategy_value), PhaseName(phase_value)
@@ -168,9 +171,10 @@ def fit_resize_phases(
         if how:
             notes.append(f"{strategy.value}.{phase.value}: {how}")
         scale = links.scale(prior.link, base)
-        phase_fit = fit_one_phase(
-            strategy, phase, gb, group["duration_s"].to_numpy(float), prior, scale
-        )
+        durations = group["duration_s"].to_numpy(float)
+        if paths is not None and transfers is not None:  # at the same-node path's rate
+            durations = same_node_durations(group, transfers, paths.bandwidths)
+        phase_fit = fit_one_phase(strategy, phase, gb, durations, prior, scale)
         fits.append(phase_fit)
         updated[strategy][phase] = prior.model_copy(
             update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
@@ -192,6 +196,9 @@ def fit_resize_phases(
             f"{len(stalls)} resizes"
         )
     params = placed.model_copy(update={"coordination_s": coordination_s})
+    if paths is not None:  # per-path bandwidths, where the traces record their transfers
+        params = params.model_copy(update={"path_bandwidths": paths.bandwidths})
+        notes += paths.notes
     check = _critical_path_check(records, stalls, params, links, model)
     result = ResizeFit(params, fits, check, notes)
     if require_determined and result.undetermined():

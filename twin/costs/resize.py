@@ -14,6 +14,11 @@ Exp#2): 254.8 s for stop-and-rebuild and 187.2 s critical for the overlapped str
 deferred optimizer restore and communicator prewarm run in the background. The figure prints four
 values per strategy whose assignment to phases is not certain and which do not add up exactly to
 the stated totals; the defaults keep the four groups and hit the totals.
+
+Per-path bandwidths (`path_bandwidths`: shared memory, device to device, network) have no
+default figures, since the paper measures none: they come from `dynaresize calibrate` on the
+executor's transfer records, and their `source` names those records. Without them a re-cut is
+priced at its phases' own rates, as before.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from .memory import GB, ModelConfig
+from .transfer_paths import PathBandwidths, off_path_seconds, recut_shares_by_path
 
 
 class StateMoved(str, Enum):
@@ -204,6 +210,13 @@ class ResizeCostParams(BaseModel):
     )
     overlapped: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=_default_overlapped, description="Phases of the overlapped strategy."
+    )
+    path_bandwidths: PathBandwidths | None = Field(
+        default=None,
+        description="Measured bandwidth of each transfer path (shm, device, network) and where "
+        "the figures come from; with them, the part of a re-cut (share: changed_owner) that "
+        "crosses nodes costs its path's difference in seconds per GB. None: every re-cut is "
+        "priced at its phases' own rates, whatever nodes it crosses.",
     )
 
     @field_validator("stop_and_rebuild", "overlapped")
@@ -400,6 +413,7 @@ def plan_resize(
     starts_rollout_engines: bool = True,
     trainers_before: int | None = None,
     trainers_after: int | None = None,
+    workers_per_node: int | None = None,
 ) -> ResizePlan:
     """Lay the strategy's DAG out in time: each phase starts when its last dependency ends.
 
@@ -411,7 +425,9 @@ def plan_resize(
     makes the rollout re-init phase, and every phase that runs only on moves gaining rollout,
     take no time, and True those that run only on moves gaining training. The trainer counts
     before and after size the phases that move only the re-cut share of the state; without them
-    such a phase moves all of it.
+    such a phase moves all of it. `workers_per_node` places the workers on nodes, so that with
+    `params.path_bandwidths` the re-cut pieces that cross nodes are priced at the network's rate
+    (transfer_paths.py); without it every worker counts as one node's.
     """
     phases = params.phases(strategy)
     bandwidth_scale = {
@@ -430,10 +446,15 @@ def plan_resize(
     for name in topological_order(phases, strategy=strategy):
         spec = phases[name]
         start_s = max((end[d] for d in spec.depends_on), default=0.0)
-        gb = gb_moved(spec.moves, model)
+        gb_state = gb = gb_moved(spec.moves, model)
+        recut = None
         if spec.share is MovedShare.CHANGED_OWNER and trainers_before and trainers_after:
+            recut = (trainers_before, trainers_after)
             gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
+        if recut is not None and params.path_bandwidths is not None:
+            off_path_s = _off_path_s(params.path_bandwidths, gb_state, recut, workers_per_node)
+            duration_s = max(0.0, duration_s + off_path_s)
         duration_s = max(duration_s, gb / link_gbps[spec.link])
         if not runs_on_move(spec, gains_rollout=starts_rollout_engines):
             duration_s, gb = 0.0, 0.0
@@ -462,6 +483,19 @@ def _link_capacity_gbps(
         Link.HOST: host_bandwidth_gbps * max(1, lanes),
         Link.INTERCONNECT: interconnect_bandwidth_gbps,
     }
+
+
+def _off_path_s(
+    bandwidths: PathBandwidths,
+    gb_state: float,
+    trainers: tuple[int, int],
+    workers_per_node: int | None,
+) -> float:
+    """Seconds a re-cut's pieces off the same-node path add to its phase (transfer_paths.py)."""
+    shares = recut_shares_by_path(
+        *trainers, workers_per_node=workers_per_node, same_node_path=bandwidths.same_node_path
+    )
+    return off_path_seconds(gb_state, shares, bandwidths)
 
 
 def runs_on_move(spec: PhaseCostParams, *, gains_rollout: bool) -> bool:
