@@ -33,7 +33,13 @@ class OutputConfig(BaseModel):
         default="runs",
         description="Parent folder of timestamped run folders when --out is not given.",
     )
-    timeline_png: bool = Field(default=True, description="Draw timeline.png beside the tables.")
+    timeline_svg: bool = Field(
+        default=True, description="Draw timeline.svg (step times and the split) beside the tables."
+    )
+    timeline_png: bool = Field(
+        default=False,
+        description="Also draw timeline.png with matplotlib (about a second more than the SVG).",
+    )
 
 
 class RunConfig(ScenarioConfig):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from functools import cache
 from pathlib import Path
 
@@ -29,7 +30,15 @@ from .trace import (
     plain_arrow_type,
     plain_column,
 )
-from .validation import ColumnKind, SkippedRow, column_specs, empty_frame, validate_frame
+from .validation import (
+    ColumnKind,
+    SkippedRow,
+    check_step_numbering,
+    column_specs,
+    drop_orphan_samples,
+    empty_frame,
+    validate_frame,
+)
 
 
 def write_jsonl_body(f, trace: Trace) -> None:
@@ -58,6 +67,23 @@ def _json_tokens(col: pd.Series, kind: ColumnKind) -> list[str]:
 
 def json_line(obj: dict) -> str:
     return json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n"
+
+
+def finite_json(value: object) -> object:
+    """`value` with every NaN or infinite float replaced by None (JSON null), through mappings
+    and sequences: JSON has no such numbers, and a file with `NaN` in it is not JSON."""
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_json(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(item) for item in value]
+    return value
+
+
+def dumps_finite(value: object, *, indent: int | None = 2) -> str:
+    """JSON text of `value` that any JSON reader accepts (non-finite numbers become null)."""
+    return json.dumps(finite_json(value), indent=indent, allow_nan=False)
 
 
 _CANONICAL_PREFIX = {f'{{"record":"{tag}",'.encode(): table for tag, table in RECORD_TAGS.items()}
@@ -128,10 +154,12 @@ def read_jsonl(path: Path, *, lenient: bool) -> Trace:
     if not seen_any:
         raise TraceError("empty file: no records", source=source)
     frames = {}
+    positions: dict[str, np.ndarray | None] = {}
     for table, model in TABLES.items():
         bulk = None if rows[table] else _bulk_frame(canonical[table], model, table, source)
         if bulk is not None:
             frames[table] = bulk
+            positions[table] = np.asarray([line_no for line_no, _ in canonical[table]])
             continue
         for line_no, raw_line in canonical[table]:
             take(line_no, raw_line)
@@ -147,9 +175,25 @@ def read_jsonl(path: Path, *, lenient: bool) -> Trace:
             lenient=lenient,
             skipped=skipped,
         )
+        # Lenient reading may have dropped rows: line numbers no longer match the frame.
+        positions[table] = None if lenient else np.asarray(lines[table])[order]
     first_meta = (
         meta[0] if meta else RunMeta(source_path=source, notes=["no meta record: no run metadata"])
     )
+    read_notes = check_step_numbering(
+        frames["steps"], source=source, unit="line", positions=positions["steps"], lenient=lenient
+    )
+    frames["samples"], orphan_notes = drop_orphan_samples(
+        frames["samples"],
+        frames["steps"],
+        source=source,
+        unit="line",
+        positions=positions["samples"],
+        lenient=lenient,
+    )
+    read_notes += orphan_notes
+    if read_notes:
+        first_meta = first_meta.model_copy(update={"notes": [*first_meta.notes, *read_notes]})
     return Trace(meta=first_meta, skipped=skipped, **frames)
 
 
@@ -161,11 +205,12 @@ def _bulk_frame(
     if not records:
         return None
     names, required = _key_sets(model)
+    text = b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for _, raw in records)
     try:
-        parsed = pa_json.read_json(
-            io.BytesIO(b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for _, raw in records))
-        )
-    except (pa.ArrowException, OSError):
+        # Arrow takes bytes that are not UTF-8 and fails only when it converts them later.
+        text.decode("utf-8")
+        parsed = pa_json.read_json(io.BytesIO(text))
+    except (pa.ArrowException, OSError, UnicodeDecodeError):
         return None
     columns = {}
     for name, column in zip(parsed.column_names, parsed.columns, strict=True):
@@ -175,7 +220,10 @@ def _bulk_frame(
             return None
         if name in required and column.null_count:
             return None
-        columns[name] = pd.Series(column.to_numpy(zero_copy_only=False), dtype=None)
+        try:
+            columns[name] = pd.Series(column.to_numpy(zero_copy_only=False), dtype=None)
+        except (pa.ArrowException, UnicodeDecodeError, ValueError, OverflowError):
+            return None
     if parsed.num_rows != len(records) or not required <= columns.keys():
         return None
     try:

@@ -17,7 +17,15 @@ from pydantic import BaseModel
 from .errors import TraceError
 from .schema import RunMeta, StepRecord
 from .trace import TABLES, Trace, meta_from_dict, plain_arrow_type, plain_column
-from .validation import ColumnKind, SkippedRow, column_specs, empty_frame, validate_frame
+from .validation import (
+    ColumnKind,
+    SkippedRow,
+    check_step_numbering,
+    column_specs,
+    drop_orphan_samples,
+    empty_frame,
+    validate_frame,
+)
 
 
 def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
@@ -79,6 +87,16 @@ def read_parquet_dir(directory: Path, *, lenient: bool) -> Trace:
             skipped=skipped,
         )
     meta = _read_meta_file(directory / "meta.json", source_path=str(directory))
+    read_notes = check_step_numbering(frames["steps"], source=str(steps_path), lenient=lenient)
+    frames["samples"], orphan_notes = drop_orphan_samples(
+        frames["samples"],
+        frames["steps"],
+        source=str(directory / "samples.parquet"),
+        lenient=lenient,
+    )
+    read_notes += orphan_notes
+    if read_notes:
+        meta = meta.model_copy(update={"notes": [*meta.notes, *read_notes]})
     return Trace(meta=meta, skipped=skipped, **frames)
 
 
@@ -92,7 +110,10 @@ def read_parquet_steps_file(path: Path, *, lenient: bool) -> Trace:
         lenient=lenient,
         skipped=skipped,
     )
-    meta = RunMeta(source_path=str(path), notes=["single steps table: no run metadata"])
+    read_notes = check_step_numbering(steps, source=str(path), lenient=lenient)
+    meta = RunMeta(
+        source_path=str(path), notes=["single steps table: no run metadata", *read_notes]
+    )
     return Trace(meta=meta, steps=steps, skipped=skipped)
 
 

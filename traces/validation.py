@@ -34,6 +34,22 @@ class ColumnKind(str, enum.Enum):
     ROLES = "roles"
 
 
+MAX_TRACE_SECONDS = 1e12
+"""Largest time a trace may hold (s, about 31,700 years): a clock or a duration beyond it is a
+mistake, and bounding it keeps every sum, fit and ratio computed from a trace finite."""
+
+MAX_TRACE_COUNT = 2**53
+"""Largest count (tokens, samples, bytes, ids) a trace may hold: every such integer is exact
+as a float."""
+
+
+def _upper_bound(name: str) -> tuple[float, str]:
+    """The largest value of a numeric field, and how a message describes it."""
+    if name.endswith("_s"):
+        return MAX_TRACE_SECONDS, f"{MAX_TRACE_SECONDS:.0e} s (about 31,700 years)"
+    return float(MAX_TRACE_COUNT), "2**53"
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     """What one column of a table must hold, read off a pydantic field."""
@@ -134,6 +150,15 @@ def _is_null(v: object) -> bool:
     return v is None or (isinstance(v, float | np.floating) and math.isnan(v)) or v is pd.NA
 
 
+def _as_float(value: object) -> float:
+    """A JSON number as a float; an integer too large for one (10**400) reads as infinity,
+    which the finiteness check then reports instead of an OverflowError."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+
+
 def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series | None:
     """Flag bad values of one column; return it converted to the spec's dtype (bad rows masked)."""
     values = col.to_numpy(dtype=object) if col.dtype == object else None
@@ -158,7 +183,8 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
             problems.add(~is_str, spec.name, lambda i: _bad_text(vals[i], missing=True))
             out = vals
         if spec.choices is not None:
-            outside = is_str & ~np.isin(vals.astype(str), list(spec.choices))
+            choices = spec.choices
+            outside = np.array([isinstance(v, str) and v not in choices for v in vals], dtype=bool)
             problems.add(
                 outside,
                 spec.name,
@@ -192,7 +218,7 @@ def _check_numeric(
         problems.add(~ok, spec.name, lambda i: f"expected {label}, got {_describe(values[i])}")
         nums = np.array(
             [
-                float(v) if ok[k] and v is not None and v is not pd.NA else np.nan
+                _as_float(v) if ok[k] and v is not None and v is not pd.NA else np.nan
                 for k, v in enumerate(values)
             ],
             dtype=np.float64,
@@ -222,13 +248,18 @@ def _check_numeric(
     if spec.ge is not None:
         below = finite & (nums < spec.ge)
         problems.add(below, spec.name, lambda i: f"must be >= {spec.ge}, got {nums[i]}")
+    limit, limit_text = _upper_bound(spec.name)
+    above = finite & (nums > limit)
+    problems.add(above, spec.name, lambda i: f"must be at most {limit_text}, got {nums[i]:.6g}")
     if not want_int:
         return pd.Series(np.where(finite, nums, np.nan), index=col.index, dtype=np.float64)
     if pd.api.types.is_integer_dtype(col.dtype) and not spec.nullable:
         return col.astype(np.int64)
-    filled = np.where(finite, nums, 0).astype(np.int64)
+    # Values past the bound are flagged above; only the rest are cast (no overflow on a cast).
+    castable = finite & (np.abs(np.where(finite, nums, 0.0)) <= limit)
+    filled = np.where(castable, nums, 0).astype(np.int64)
     if spec.nullable:
-        return pd.Series(pd.array(filled, dtype="Int64"), index=col.index).mask(~finite)
+        return pd.Series(pd.array(filled, dtype="Int64"), index=col.index).mask(~castable)
     return pd.Series(filled, index=col.index)
 
 
@@ -381,6 +412,72 @@ def _settle(
     bad = np.zeros(len(df), bool)
     bad[list(problems.found)] = True
     return df.loc[~bad].reset_index(drop=True)
+
+
+def check_step_numbering(
+    steps: pd.DataFrame,
+    *,
+    source: str | None,
+    unit: str = "row",
+    positions: np.ndarray | None = None,
+    lenient: bool = False,
+) -> list[str]:
+    """Steps are numbered one after another (schema v1: "consecutive"). A gap is a TraceError
+    at the first step after it; in lenient mode the steps are kept and a note says where the
+    gaps are (rows lenient reading dropped leave gaps of their own)."""
+    numbers = steps["step"].to_numpy(np.int64)
+    gaps = np.flatnonzero(np.diff(numbers) != 1)
+    if not len(gaps):
+        return []
+    after = int(gaps[0]) + 1
+    if not lenient:
+        where = int(positions[after]) if positions is not None else after
+        raise TraceError(
+            f"steps are not consecutive: step {numbers[after]} follows step "
+            f"{numbers[after - 1]} (steps are numbered one after another)",
+            source=source,
+            field="step",
+            **{unit: where},
+        )
+    return [
+        f"steps are not consecutive: {len(gaps)} gap(s), the first after step "
+        f"{numbers[after - 1]} (next: step {numbers[after]}); the missing steps are not replayed"
+    ]
+
+
+def drop_orphan_samples(
+    samples: pd.DataFrame,
+    steps: pd.DataFrame,
+    *,
+    source: str | None,
+    unit: str = "row",
+    positions: np.ndarray | None = None,
+    lenient: bool = False,
+) -> tuple[pd.DataFrame, list[str]]:
+    """Samples of a step the trace has no record of would be ignored unseen: a TraceError at
+    the first one, or in lenient mode dropped and stated in a note (the samples of a step row
+    that lenient reading dropped land here too)."""
+    if len(samples) == 0:
+        return samples, []
+    sample_steps = samples["step"].to_numpy(np.int64)
+    orphan = ~np.isin(sample_steps, steps["step"].to_numpy(np.int64))
+    if not orphan.any():
+        return samples, []
+    first = int(np.flatnonzero(orphan)[0])
+    if not lenient:
+        where = int(positions[first]) if positions is not None else first
+        raise TraceError(
+            f"a sample of step {sample_steps[first]}, which has no step record in the trace",
+            source=source,
+            field="step",
+            **{unit: where},
+        )
+    orphan_steps = np.unique(sample_steps[orphan])
+    note = (
+        f"{int(orphan.sum())} samples of {len(orphan_steps)} step(s) without a step record "
+        f"(first: step {orphan_steps[0]}) were dropped"
+    )
+    return samples.loc[~orphan].reset_index(drop=True), [note]
 
 
 def validate_steps_frame(df: pd.DataFrame, *, source: str | None = None) -> pd.DataFrame:

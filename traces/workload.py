@@ -43,7 +43,7 @@ class Workload:
         sizes = [len(x) for x in responses]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         flat = lambda xs: (  # noqa: E731
-            np.concatenate(xs).astype(np.int64) if xs else np.zeros(0, np.int64)
+            np.concatenate(xs).astype(np.int64, copy=False) if xs else np.zeros(0, np.int64)
         )
         return cls(flat(prompts), flat(responses), offsets, name)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy.special import ndtri
 
 from .workload import Workload
 
@@ -37,6 +36,8 @@ def lognormal_lengths(*, num_samples: int, mean: float, longest: float) -> np.nd
         return np.zeros(0, np.int64)
     if mean <= 0 or longest <= mean or num_samples == 1:
         return np.full(num_samples, round(mean), np.int64)
+    from scipy.special import ndtri  # here: SciPy takes longer to import than most commands
+
     z = float(ndtri(1.0 - 0.5 / num_samples))
     gap = np.log(longest / mean)
     sigma = z - np.sqrt(z * z - 2.0 * gap) if z * z >= 2.0 * gap else z
@@ -48,8 +49,13 @@ def lognormal_lengths(*, num_samples: int, mean: float, longest: float) -> np.nd
 
 
 def infer_workload(steps: pd.DataFrame, samples: pd.DataFrame, *, name: str) -> InferredWorkload:
-    """Per-step prompt and response lengths, in the order of the steps table."""
-    by_step = {}
+    """Per-step prompt and response lengths, in the order of the steps table.
+
+    Steps without sample records are synthesized in blocks of equal sample count (one matrix
+    per block of at most `_ROWS_PER_BLOCK` steps), so a trace of hundreds of thousands of steps
+    takes a fraction of a second in bounded memory.
+    """
+    by_step: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     if len(samples):
         ordered = samples.sort_values(["step", "sample_index"], kind="stable")
         for step, group in ordered.groupby("step", sort=False):
@@ -72,7 +78,7 @@ def infer_workload(steps: pd.DataFrame, samples: pd.DataFrame, *, name: str) -> 
         prompt, response = next(made_iter) if is_missing else by_step[int(k)]
         prompts.append(prompt)
         responses.append(response)
-    notes = _notes([int(k) for k in synthesized], len(steps))
+    notes = _notes([int(k) for k in synthesized], len(steps)) + _empty_step_notes(steps)
     return InferredWorkload(Workload.from_steps(prompts, responses, name=name), notes)
 
 
@@ -106,6 +112,8 @@ def _block_lengths(n: int, mean: np.ndarray, longest: np.ndarray, spread: np.nda
     """(steps, n) response lengths, row by row as `lognormal_lengths` makes them."""
     if n <= 0:
         return np.zeros((len(mean), 0), np.int64)
+    from scipy.special import ndtri  # here: SciPy takes longer to import than most commands
+
     flat = np.rint(np.repeat(mean[:, None], n, axis=1)).astype(np.int64)
     if not spread.any():
         return flat
@@ -125,7 +133,24 @@ def inference_notes(steps: pd.DataFrame, samples: pd.DataFrame) -> list[str]:
     """What `infer_workload` would synthesize, without building the workload."""
     recorded = set(np.unique(samples["step"].to_numpy(np.int64))) if len(samples) else set()
     missing = [int(s) for s in steps["step"].to_numpy(np.int64) if int(s) not in recorded]
-    return _notes(missing, len(steps))
+    return _notes(missing, len(steps)) + _empty_step_notes(steps)
+
+
+def _empty_step_notes(steps: pd.DataFrame) -> list[str]:
+    """Steps that record no tokens or no samples: replayed as steps without generation or
+    training work, which a user should know rather than find out from the figures."""
+    if len(steps) == 0:
+        return []
+    empty = (steps["tokens"].to_numpy(np.int64) == 0) | (
+        steps["num_samples"].to_numpy(np.int64) == 0
+    )
+    if not empty.any():
+        return []
+    first = int(steps["step"].to_numpy(np.int64)[np.flatnonzero(empty)[0]])
+    return [
+        f"{int(empty.sum())} of {len(steps)} steps record 0 tokens or 0 samples (first: step "
+        f"{first}); they are replayed with no samples to generate or train on"
+    ]
 
 
 def _notes(synthesized: list[int], num_steps: int) -> list[str]:

@@ -23,8 +23,10 @@ from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
+from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
+from dynaresize.traces.timeline_svg import write_timeline_svg
 from dynaresize.traces.workload import Workload
 
 from .config import ScenarioConfig
@@ -165,7 +167,13 @@ def default_out_dir(runs_dir: str | Path) -> Path:
 
 
 def _write_run(
-    folder: Path, name: str, result: SimResult, samples: pd.DataFrame, *, timeline_png: bool
+    folder: Path,
+    name: str,
+    result: SimResult,
+    samples: pd.DataFrame,
+    *,
+    timeline_svg: bool,
+    timeline_png: bool,
 ) -> None:
     """One run's folder: its trace tables (with the workload's samples, so the folder can be
     replayed or calibrated from with the lengths simulated), summary and Chrome trace."""
@@ -198,12 +206,17 @@ def _write_run(
         run_name=f"{config.name}: {name}",
         pipeline_mode=config.pipeline.mode,
     )
+    title = f"{config.name}: {name}"
+    if timeline_svg:
+        write_timeline_svg(folder / "timeline.svg", result.steps, result.resizes, title=title)
     if timeline_png:
-        _write_timeline(folder / "timeline.png", result, title=f"{config.name}: {name}")
+        _write_timeline(folder / "timeline.png", result, title=title)
 
 
 def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
-    from .plots import plot_timeline  # here, not at the top: matplotlib is slow to import
+    """The matplotlib timeline (asked for with output.timeline_png): importing matplotlib and
+    drawing take longer than a small simulation, so the SVG is the default picture."""
+    from .plots import plot_timeline
 
     fig = plot_timeline(result.steps, result.resizes, title=title)
     fig.savefig(path, dpi=100)
@@ -250,12 +263,13 @@ def write_comparison(
     out_dir: str | Path,
     *,
     resolved_config: dict,
-    timeline_png: bool = True,
+    timeline_svg: bool = True,
+    timeline_png: bool = False,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
-    timeline.png at the top, every policy's tables and trace.json under policies/<name>/ when
-    there are several, plus config.json, summary.json (every policy and static split, with
-    regrets against the offline optimum) and comparison.csv.
+    timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
+    under policies/<name>/ when there are several, plus config.json, summary.json (every policy
+    and static split, with regrets against the offline optimum) and comparison.csv.
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -269,7 +283,14 @@ def write_comparison(
         from .trace_source import workload_samples  # here: it brings in the log importers
 
         samples = workload_samples(comparison.context.workload)  # one workload for every run
-        _write_run(staging, first, comparison.runs[first], samples, timeline_png=timeline_png)
+        _write_run(
+            staging,
+            first,
+            comparison.runs[first],
+            samples,
+            timeline_svg=timeline_svg,
+            timeline_png=timeline_png,
+        )
         if len(names) > 1:
             # One picture per run folder is enough to read it; drawing one per policy would
             # cost more than simulating them.
@@ -279,11 +300,12 @@ def write_comparison(
                     name,
                     comparison.runs[name],
                     samples,
+                    timeline_svg=False,
                     timeline_png=False,
                 )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)
-        (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        (staging / "summary.json").write_text(dumps_finite(summary) + "\n")
         comparison.table.to_csv(staging / "comparison.csv", index=False)
         # beside the policies' decisions: where the best schedule possible would have moved
         optimum_schedule_table(comparison.context, comparison.optimum).to_csv(

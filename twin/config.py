@@ -29,9 +29,13 @@ from dynaresize.traces.phases import PipelineMode, StrategyName
 from dynaresize.traces.synthetic import WorkloadConfig, resolve_workload_spec
 
 from .costs import CostModels
+from .costs.bounds import describe_number, out_of_range
 from .costs.memory import ModelConfig, check_candidate
 
 __all__ = [
+    "MAX_SIMULATED_SAMPLES",
+    "MAX_SIMULATED_STEPS",
+    "MAX_TOKENS_PER_SAMPLE",
     "ClusterConfig",
     "InFlightHandling",
     "ModelConfig",
@@ -40,6 +44,20 @@ __all__ = [
     "SimulationConfig",
     "load_config",
 ]
+
+
+MAX_SIMULATED_STEPS = 1_000_000
+"""Most steps one twin run simulates (every step is a few SimPy events per policy)."""
+
+MAX_SIMULATED_SAMPLES = 50_000_000
+"""Most samples (steps x samples per step) one run holds: their lengths and the arrays that
+generate them take about 40 bytes each, so about 2 GB."""
+
+MAX_TOKENS_PER_SAMPLE = 10_000_000
+"""Longest prompt or response a synthetic workload may draw (tokens); keeps token sums of a
+whole run far inside 64-bit integers."""
+
+_WORKLOAD_TOKEN_FIELDS = ("prompt_median_tokens", "max_prompt_tokens", "max_response_tokens")
 
 
 class _Strict(BaseModel):
@@ -216,6 +234,44 @@ class ScenarioConfig(_Strict):
     @classmethod
     def _resolve_workload(cls, value: Any) -> Any:
         return resolve_workload_spec(value)
+
+    @model_validator(mode="after")
+    def _sizes_fit(self) -> ScenarioConfig:
+        """Refuse, before anything is allocated, a run too large to hold or numbers too large
+        to compute with, naming the field, the figure and the limit."""
+        for section in ("cluster", "model"):
+            problem = out_of_range(getattr(self, section), prefix=section)
+            if problem is not None:
+                raise ValueError(problem)
+        steps = self.simulation.num_steps
+        if steps > MAX_SIMULATED_STEPS:
+            raise ValueError(
+                f"simulation.num_steps is {describe_number(steps)}; the twin simulates at most "
+                f"{MAX_SIMULATED_STEPS:,} steps in one run"
+            )
+        samples = steps * self.workload.samples_per_step
+        if samples > MAX_SIMULATED_SAMPLES:
+            raise ValueError(
+                f"simulation.num_steps x workload.samples_per_step = {describe_number(steps)} x "
+                f"{describe_number(self.workload.samples_per_step)} = "
+                f"{describe_number(samples)} samples; one run "
+                f"holds at most {MAX_SIMULATED_SAMPLES:,} (about 2 GB)"
+            )
+        for name in _WORKLOAD_TOKEN_FIELDS:
+            value = getattr(self.workload, name)
+            if value > MAX_TOKENS_PER_SAMPLE:
+                raise ValueError(
+                    f"workload.{name} is {describe_number(value)} tokens; at most "
+                    f"{MAX_TOKENS_PER_SAMPLE:,} per sample"
+                )
+        for i, component in enumerate(self.workload.components):
+            if component.median_tokens > MAX_TOKENS_PER_SAMPLE:
+                raise ValueError(
+                    f"workload.components.{i}.median_tokens is "
+                    f"{describe_number(component.median_tokens)} tokens; at most "
+                    f"{MAX_TOKENS_PER_SAMPLE:,} per sample"
+                )
+        return self
 
     @model_validator(mode="after")
     def _check(self) -> ScenarioConfig:

@@ -124,6 +124,30 @@ def _window_mean(values: np.ndarray, window: int) -> np.ndarray:
     return out / counts[:, None]
 
 
+_STAGE_INPUTS = {
+    "rollout_s": "costs.rollout, the workload's lengths and cluster.rollout_tensor_parallel_size",
+    "train_s": "costs.train, model and the workload's tokens",
+    "sync_s": "costs.sync, model.num_params_b and the cluster's bandwidths",
+    "step_s": "the stage costs together",
+}
+
+
+def _require_finite(step_costs: StepCosts) -> None:
+    """Inputs are bounded where they are read (twin/costs/bounds.py); should a combination of
+    them still overflow, say which stage and which inputs, not a summary figure later on."""
+    from dynaresize.config_io import ConfigError
+
+    for stage, inputs in _STAGE_INPUTS.items():
+        values = getattr(step_costs, stage)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            raise ConfigError(
+                f"the {stage.removesuffix('_s')} time is not finite ({values.flat[bad[0]]}) at "
+                f"{len(bad)} place(s); it comes from {inputs}: one of them is too large or "
+                "too small"
+            )
+
+
 def build_context(
     config: ScenarioConfig,
     *,
@@ -138,14 +162,16 @@ def build_context(
         workload = generate_workload(config.workload, config.simulation.num_steps, run_seed)
     cluster = config.cluster
     tokens = tokens_per_step(workload)
-    step_costs = compute_step_costs(
-        workload,
-        cluster=cluster,
-        model=config.model,
-        costs=costs,
-        pipeline=config.pipeline,
-        tokens=tokens,
-    )
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        step_costs = compute_step_costs(
+            workload,
+            cluster=cluster,
+            model=config.model,
+            costs=costs,
+            pipeline=config.pipeline,
+            tokens=tokens,
+        )
+    _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
         model=config.model,

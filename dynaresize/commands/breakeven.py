@@ -52,7 +52,7 @@ def breakeven(
     from dynaresize.twin.analysis.trace_breakeven import write_report_json
     from dynaresize.twin.run_facts import refuse_assumed
 
-    with user_errors():
+    with user_errors(about=[trace, config, costs]):
         facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
         split = scenario.cluster.initial_allocation if scenario is not None else None

@@ -44,13 +44,21 @@ def calibrate(
     link_gbps: float | None = flags.LINK_GBPS,
     strict: bool = flags.STRICT,
 ) -> None:
+    from dynaresize.commands.cost_file import written_by_calibrate
+    from dynaresize.commands.out_paths import check_output_file, input_paths
     from dynaresize.config import load_run_config
     from dynaresize.twin import context_from_config, open_trace, trace_notes
-    from dynaresize.twin.calibration import FitError, calibrated_file
     from dynaresize.twin.calibration import calibrate as fit_traces
+    from dynaresize.twin.calibration import calibrated_file
     from dynaresize.twin.run_facts import assumed_block, refuse_assumed
 
-    with user_errors():
+    with user_errors(about=[*trace, config]):
+        check_output_file(
+            out,
+            inputs=input_paths(config=config, files=trace),
+            ours=written_by_calibrate,
+            owner="dynaresize calibrate",
+        )
         facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
         split = scenario.cluster.initial_allocation if scenario is not None else None
@@ -60,10 +68,8 @@ def calibrate(
         context = context_from_config(scenario, traces, facts=facts)
         if strict:
             refuse_assumed(context.assumed)
-        try:
-            fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
-        except FitError as err:
-            _refuse(str(err))
+        # A FitError (traces that cannot determine a parameter) is a ConfigError: one line.
+        fit, resize_fit = fit_traces(traces, context, require_resize_fit=require_resize_fit)
         header = [f"fitted by dynaresize calibrate from {', '.join(str(p) for p in trace)}"]
         header += assumed_block(context.assumed) + fit.warning_lines() + fit.report_lines()
         header += [f"note: {n}" for n in context.notes]
@@ -89,19 +95,10 @@ def calibrate(
     print(f"wrote {out}")
 
 
-def _refuse(message: str) -> None:
-    """A fit the traces cannot support: one line, exit code 2, nothing written."""
-    import sys
-
-    from dynaresize.commands.guard import INPUT_ERROR_EXIT_CODE
-
-    print(f"error: {message}", file=sys.stderr)
-    raise typer.Exit(INPUT_ERROR_EXIT_CODE)
-
-
 def _write_yaml_atomically(path: Path, data: dict, comments: list[str]) -> None:
-    """Write to a temporary sibling and rename: a failure leaves no partial file behind."""
+    """Write to a temporary sibling and rename: a failure leaves no partial file behind. The
+    data carries calibrate's stamp (`fitted_on`, twin/costs/provenance.py)."""
     from dynaresize.traces.staged_dir import write_file_atomically
 
     text = "".join(f"# {line}\n" for line in comments) + yaml.safe_dump(data, sort_keys=False)
-    write_file_atomically(path, lambda f: f.write(text))
+    write_file_atomically(path, lambda f: f.write(text), label="--out")

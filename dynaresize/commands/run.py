@@ -63,20 +63,62 @@ def run(
     strict: bool = flags.STRICT,
 ) -> None:
     fact_flags = (train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
-    if mode is not Mode.REPLAY and (strict or any(v is not None for v in fact_flags)):
-        with user_errors():
-            from dynaresize.config_io import ConfigError
-
-            raise ConfigError(
-                "--train-gpus, --rollout-gpus, --model-params-b, --gpu-memory-gb, --link-gbps "
-                "and --strict describe a recorded run: they apply to --mode replay only"
-            )
+    fact_options = (
+        "--train-gpus",
+        "--rollout-gpus",
+        "--model-params-b",
+        "--gpu-memory-gb",
+        "--link-gbps",
+    )
+    given = {
+        "--trace": trace is not None,
+        "--steps": steps is not None,
+        "--seed": seed is not None,
+        "--address": address is not None,
+        "--resume": resume,
+        **{o: v is not None for o, v in zip(fact_options, fact_flags, strict=True)},
+        "--strict": strict,
+    }
+    with user_errors():
+        refuse_unused_options(mode, given)
     if mode is Mode.SIM:
         _run_sim(config or "example", policy, costs, out, trace, steps, seed)
     elif mode is Mode.REPLAY:
         _run_replay(config, policy, costs, out, trace, fact_flags, strict)
     else:
         _run_live(config, policy, costs, out, steps, seed, address, resume)
+
+
+_FACT_OPTIONS = {
+    "--train-gpus",
+    "--rollout-gpus",
+    "--model-params-b",
+    "--gpu-memory-gb",
+    "--link-gbps",
+    "--strict",
+}
+"""Facts of a recorded run the log lacks: they describe the replayed run only."""
+
+_OPTIONS_OF_MODE = {
+    Mode.SIM: {"--trace", "--steps", "--seed"},
+    Mode.REPLAY: {"--trace", *_FACT_OPTIONS},
+    Mode.LIVE: {"--steps", "--seed", "--address", "--resume"},
+}
+"""Mode-specific options each mode acts on; the others would be ignored, so they are refused."""
+
+
+def refuse_unused_options(mode: Mode, given: dict[str, bool]) -> None:
+    """An option the mode would ignore is a ConfigError naming it: silence would let a user
+    believe, say, that `--seed` changed a replay."""
+    from dynaresize.config_io import ConfigError
+
+    for option, present in given.items():
+        if present and option not in _OPTIONS_OF_MODE[mode]:
+            users = [m.value for m, opts in _OPTIONS_OF_MODE.items() if option in opts]
+            raise ConfigError(
+                f"{option} does nothing with --mode {mode.value} (it applies to --mode "
+                f"{' and '.join(users)}); leave it out"
+            )
 
 
 def _overrides(steps: int | None, seed: int | None) -> dict:
@@ -89,13 +131,25 @@ def _overrides(steps: int | None, seed: int | None) -> dict:
 
 
 def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
+    from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
     from dynaresize.twin import default_out_dir, load_costs, run_comparison, write_comparison
 
-    with user_errors(config):
+    with user_errors(config, about=[config, trace, costs]):
+        if trace is not None and seed is not None:
+            from dynaresize.config_io import ConfigError
+
+            raise ConfigError(
+                "--seed does nothing with --trace: the workload is the trace's, not drawn "
+                "from a seed; leave --seed out"
+            )
+        _refuse_too_many_steps(steps)
         run_config = load_run_config(config, overrides=_overrides(steps, seed))
+        destination = out or default_out_dir(run_config.output.runs_dir)
+        inputs = input_paths(config=config, files=[costs, trace])
+        check_output_folder(destination, inputs=inputs, replace=True)
         updates: dict = {}
         if costs is not None:
             updates["costs"] = load_costs(costs, base=run_config.costs)
@@ -105,21 +159,17 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
         updates["policies"] = policies
         workload = None
         if trace is not None:
-            from dynaresize.twin import open_trace
-
-            workload = open_trace(trace).to_workload()
-            if steps is not None:
-                workload = workload.slice_steps(0, min(steps, workload.num_steps))
+            workload = _trace_workload(trace, steps)
             updates["simulation"] = run_config.simulation.model_copy(
                 update={"num_steps": workload.num_steps}
             )
         run_config = run_config.model_copy(update=updates)
         comparison = run_comparison(run_config, policies, workload=workload)
-        destination = out or default_out_dir(run_config.output.runs_dir)
         written = write_comparison(
             comparison,
             destination,
             resolved_config=run_config.model_dump(mode="json"),
+            timeline_svg=run_config.output.timeline_svg,
             timeline_png=run_config.output.timeline_png,
         )
     title = (
@@ -131,26 +181,67 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
     print(f"wrote {written}")
 
 
+def _refuse_too_many_steps(steps: int | None) -> None:
+    """--steps past the twin's limit names the option (the config's check would name the
+    config field the option overrides)."""
+    from dynaresize.config_io import ConfigError
+    from dynaresize.twin.config import MAX_SIMULATED_STEPS
+
+    if steps is not None and steps > MAX_SIMULATED_STEPS:
+        raise ConfigError(
+            f"--steps {steps:,}: the twin simulates at most {MAX_SIMULATED_STEPS:,} steps in "
+            "one run"
+        )
+
+
+def _trace_workload(trace: Path, steps: int | None):
+    """The workload recorded in `trace`, its first `steps` steps if given (more is refused:
+    the run would silently be shorter than asked)."""
+    from dynaresize.config_io import ConfigError
+    from dynaresize.twin import open_trace
+
+    workload = open_trace(trace).to_workload()
+    if steps is None:
+        return workload
+    if steps > workload.num_steps:
+        raise ConfigError(
+            f"--steps {steps}: the trace {trace} has {workload.num_steps} steps; "
+            f"give at most {workload.num_steps} (or leave --steps out to take them all)"
+        )
+    return workload.slice_steps(0, steps)
+
+
 def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
+    from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
+    from dynaresize.traces.staged_dir import staged_dir
     from dynaresize.twin.analysis import run_replay
 
-    with user_errors(str(trace) if trace else None):
+    with user_errors(str(trace) if trace else None, about=[trace, config, costs]):
         if trace is None:
             raise ConfigError("--mode replay needs --trace FILE (a recorded trace or a log)")
-        result = run_replay(
-            trace=trace,
-            config=load_run_config(config) if config is not None else None,
-            policies=policy or None,
-            costs=costs,
-            out_dir=out,
-            facts=flags.run_facts(*fact_flags),
-            strict=strict,
-        )
-        if out is not None and result.policies:
-            _write_replay_trace(out, trace, result.policies)
+        if out is not None:
+            inputs = input_paths(config=config, files=[trace, costs])
+            check_output_folder(out, inputs=inputs, replace=False)
+        scenario = load_run_config(config) if config is not None else None
+        replay = {
+            "trace": trace,
+            "config": scenario,
+            "policies": policy or None,
+            "costs": costs,
+            "facts": flags.run_facts(*fact_flags),
+            "strict": strict,
+        }
+        if out is None:
+            result = run_replay(**replay)
+        else:
+            # The replay's files and its Chrome trace land together, or nothing does.
+            with staged_dir(out, replace=False) as staging:
+                result = run_replay(**replay, out_dir=staging)
+                if result.policies:
+                    _write_replay_trace(staging, trace, result.policies)
     flags.print_assumed(result.assumed, result.warnings)
     print_table(result.table, title=f"replay of {trace.name}")
     for note in result.notes:
@@ -170,6 +261,7 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
         first.resizes,
         decisions=first.decisions,
         run_name=f"replay of {trace.name}: {name}",
+        pipeline_mode=first.context.config.pipeline.mode,
     )
 
 

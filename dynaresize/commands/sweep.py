@@ -9,6 +9,7 @@ import typer
 
 from dynaresize.commands.guard import user_errors
 from dynaresize.config_io import ConfigError
+from dynaresize.twin.sweeps.ray_probe import RAY_CONNECT_TIMEOUT_S
 
 SUMMARY_ROWS = 15
 
@@ -32,7 +33,9 @@ def sweep(
     random: int | None = typer.Option(
         None, "--random", help="Draw this many random points instead of the full grid."
     ),
-    sample_seed: int = typer.Option(0, "--sample-seed", help="Seed of the random points."),
+    sample_seed: int | None = typer.Option(
+        None, "--sample-seed", help="Seed of the random points (with --random; default 0)."
+    ),
     seeds: int = typer.Option(1, "--seeds", help="Workload seeds per point: 0, 1, ... N-1."),
     workload: list[str] = typer.Option(
         [], "--workload", help="Workload preset to run on (repeat for several)."
@@ -47,18 +50,36 @@ def sweep(
         None, "--out", help="Output folder (default: a new folder under runs/)."
     ),
     address: str | None = typer.Option(
-        None, "--address", help="Ray cluster address ('local' starts one here)."
+        None,
+        "--address",
+        help="Ray cluster address ('local' starts one here); one that does not answer within "
+        f"{RAY_CONNECT_TIMEOUT_S:g} s is an error.",
     ),
     jobs: int | None = typer.Option(
         None, "--jobs", help="Worker processes (default: every core, or the Ray cluster's CPUs)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
+    from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.config import load_run_config
     from dynaresize.twin.sweeps import run_sweep, sweep_summary
 
     target = out or Path("runs") / time.strftime("sweep-%Y%m%d-%H%M%S")
-    with user_errors(config):
+    figure_paths: list[Path] = []
+
+    def draw_figure(table, folder: Path) -> None:
+        figure_paths.append(
+            _save_figure(table, folder, _title(config, table), sampled=random is not None)
+        )
+
+    with user_errors(config, about=[config, costs, *trace]):
+        if sample_seed is not None and random is None:
+            raise ConfigError(
+                "--sample-seed does nothing without --random (a grid has no random points); "
+                "leave it out or add --random N"
+            )
+        inputs = input_paths(config=config, files=[costs, *trace])
+        check_output_folder(target, inputs=inputs, replace=False)
         if address is not None:
             from dynaresize.extras import missing_modules
 
@@ -70,7 +91,7 @@ def sweep(
             load_run_config(config),
             params=param,
             random=random,
-            sample_seed=sample_seed,
+            sample_seed=sample_seed or 0,
             seeds=seeds,
             workloads=workload or None,
             traces=trace or None,
@@ -79,13 +100,14 @@ def sweep(
             jobs=jobs,
             ray_address=address,
             progress=progress,
+            extra_outputs=draw_figure,
         )
     summary = sweep_summary(table)
     print(summary.head(SUMMARY_ROWS).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if len(summary) > SUMMARY_ROWS:
         print(f"... {len(summary) - SUMMARY_ROWS} more settings in {target / 'results.parquet'}")
-    figure_path = _save_figure(table, target, _title(config, table), sampled=random is not None)
-    print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure_path}")
+    figure = target / figure_paths[0].name
+    print(f"{len(table)} runs; wrote {target / 'results.parquet'} and {figure}")
 
 
 def _title(config: str, table) -> str:

@@ -43,10 +43,16 @@ def validate(
         "was not written by calibrate (noted in the report).",
     ),
 ) -> None:
+    from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.config import load_run_config
     from dynaresize.twin.calibration import run_validation
 
-    with user_errors():
+    with user_errors(about=[trace, costs, config]):
+        if out is not None:
+            inputs = input_paths(config=config, files=[trace, costs])
+            check_output_folder(out, inputs=inputs, replace=False)
+        if not costs.is_file():
+            raise FileNotFoundError(2, "no such cost file", str(costs))
         facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
         report = run_validation(

@@ -12,6 +12,7 @@ from twin_scenarios import raw
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
+from dynaresize.config import BUILTIN_CONFIG_DIR
 from dynaresize.traces.schema import DecisionRecord, ResizePhaseRecord, StepRecord
 
 runner = CliRunner()
@@ -37,7 +38,7 @@ def test_example_writes_every_file_with_consistent_contents(example_run):
         "resizes.parquet",
         "decisions.parquet",
         "summary.json",
-        "timeline.png",
+        "timeline.svg",
         "comparison.csv",
         "trace.json",
     ):
@@ -67,7 +68,8 @@ def test_example_writes_every_file_with_consistent_contents(example_run):
         min(statics.values()) / first["total_s"]
     )
 
-    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "timeline.svg").read_text().startswith("<svg ")
+    assert not (out / "timeline.png").exists()  # matplotlib's picture only when asked for
     for policy in ("hysteresis", "greedy"):
         assert (out / "policies" / policy / "steps.parquet").is_file()
     for words in ("hysteresis", "greedy", "static 6:2", "(best)", "thrash", "regret"):
@@ -307,3 +309,17 @@ def test_out_that_is_a_file_is_an_input_error(tmp_path):
     )
     assert result.exit_code == 2 and "not a folder" in result.output
     assert target.read_text() == "not a folder"
+
+
+def test_the_matplotlib_timeline_is_drawn_when_asked_for(tmp_path):
+    config = tmp_path / "c.yaml"
+    data = yaml.safe_load((BUILTIN_CONFIG_DIR / "example.yaml").read_text())
+    data["output"] = {"timeline_png": True, "timeline_svg": False}
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "r"
+    result = invoke(
+        "--config", str(config), "--steps", "5", "--policy", "static", "--out", str(out)
+    )
+    assert result.exit_code == 0, result.output
+    assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (out / "timeline.svg").exists()

@@ -5,15 +5,23 @@ from __future__ import annotations
 
 import pytest
 
-from dynaresize.traces.staged_dir import staged_dir
+from dynaresize.traces.staged_dir import OUTPUT_MARKER, staged_dir
 
 
-def _existing(tmp_path):
+def _existing(tmp_path, *, with_sub=False):
+    """An earlier output folder of the project (it carries the marker)."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "kept.txt").write_text("old")
-    (out / "shared.txt").write_text("old")
+    with staged_dir(out, replace=True) as staging:
+        (staging / "kept.txt").write_text("old")
+        (staging / "shared.txt").write_text("old")
+        if with_sub:
+            (staging / "sub").mkdir()
+            (staging / "sub" / "old.txt").write_text("old")
     return out
+
+
+def _names(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name != OUTPUT_MARKER)
 
 
 @pytest.mark.parametrize("replace", [True, False])
@@ -22,7 +30,7 @@ def test_a_failure_leaves_the_folder_as_it_was_and_no_staging(tmp_path, replace)
     with pytest.raises(RuntimeError), staged_dir(out, replace=replace) as staging:
         (staging / "shared.txt").write_text("new")
         raise RuntimeError("part-way")
-    assert sorted(p.name for p in out.iterdir()) == ["kept.txt", "shared.txt"]
+    assert _names(out) == ["kept.txt", "shared.txt"]
     assert (out / "shared.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -31,7 +39,7 @@ def test_replace_swaps_the_whole_folder(tmp_path):
     out = _existing(tmp_path)
     with staged_dir(out, replace=True) as staging:
         (staging / "shared.txt").write_text("new")
-    assert sorted(p.name for p in out.iterdir()) == ["shared.txt"]
+    assert _names(out) == ["shared.txt"]
     assert (out / "shared.txt").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -49,7 +57,7 @@ def test_a_new_folder_appears_whole(tmp_path):
     out = tmp_path / "deep" / "out"
     with staged_dir(out, replace=False) as staging:
         (staging / "a.txt").write_text("a")
-    assert [p.name for p in out.iterdir()] == ["a.txt"]
+    assert _names(out) == ["a.txt"]
 
 
 def _failing_on(call_number: int, monkeypatch):
@@ -70,19 +78,18 @@ def _failing_on(call_number: int, monkeypatch):
 
 @pytest.mark.parametrize(
     ("replace", "failing_call"),
-    # replace: the old folder aside, then the new one in; merge: each name aside, then in
-    [(True, 1), (True, 2), (False, 1), (False, 2), (False, 3), (False, 4)],
+    # replace: the old folder aside, then the new one in; merge: each name (the marker first)
+    # aside, then in
+    [(True, 1), (True, 2), *((False, n) for n in range(1, 7))],
 )
 def test_a_failed_move_in_puts_back_what_was_there(tmp_path, monkeypatch, replace, failing_call):
-    out = _existing(tmp_path)
-    (out / "sub").mkdir()
-    (out / "sub" / "old.txt").write_text("old")
+    out = _existing(tmp_path, with_sub=True)
     with pytest.raises(OSError), staged_dir(out, replace=replace) as staging:
         (staging / "shared.txt").write_text("new")
         (staging / "sub").mkdir()
         (staging / "sub" / "new.txt").write_text("new")
         _failing_on(failing_call, monkeypatch)
-    assert sorted(p.name for p in out.iterdir()) == ["kept.txt", "shared.txt", "sub"]
+    assert _names(out) == ["kept.txt", "shared.txt", "sub"]
     assert (out / "shared.txt").read_text() == "old"
     assert [p.name for p in (out / "sub").iterdir()] == ["old.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

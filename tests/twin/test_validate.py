@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import typer
 import yaml
+from cost_files import calibrated_cost_text
 from twin_scenarios import raw, scenario
 from typer.testing import CliRunner
 
@@ -276,6 +277,7 @@ def test_cli_reports_and_writes_every_output(files):
     assert "per-step absolute error: median" in result.output
     assert "resize critical path (2 resizes, overlapped)" in result.output
     assert {p.name for p in out.iterdir()} == {
+        ".dynaresize-output.json",
         "validation.json",
         "per_step.csv",
         "resizes.csv",
@@ -307,7 +309,8 @@ def test_cli_reports_and_writes_every_output(files):
     ],
 )
 def test_cli_bad_input_is_one_line_and_exit_2(files, change, message):
-    (files / "model_costs.yaml").write_text("cost_source: model\n")
+    model_costs = calibrated_cost_text({"cost_source": "model", "train": {"fixed_overhead_s": 1}})
+    (files / "model_costs.yaml").write_text(model_costs)
     (files / "broken.yaml").write_text("rollout: [unclosed\n")
     out = files / f"never_{len(message)}"
     args = [

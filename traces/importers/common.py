@@ -14,6 +14,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import TraceError
+from ..jsonl_io import finite_json
 from ..schema import ExtraMetricRecord, PipelineMode, RunMeta, StepRecord
 from ..validation import SkippedRow, empty_frame, validate_frame
 
@@ -242,17 +243,6 @@ def _json_value(value: object) -> str:
     if kind is int:
         return str(value)
     return json.dumps(finite_json(value), allow_nan=False, default=str)
-
-
-def finite_json(value: object) -> object:
-    """`value` with NaN and infinities, which JSON cannot hold, as None (JSON null)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list):
-        return [finite_json(v) for v in value]
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    return value
 
 
 def has_non_finite(value: object) -> bool:

@@ -15,7 +15,6 @@ Costs are fitted to the trace itself (twin.calibration) unless the user passes `
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
 from dynaresize.policies.types import Allocation
-from dynaresize.traces.importers.common import finite_json
 from dynaresize.traces.importers.verl_switches import CONTROLLER as VERL_SEPARATE_ASYNC
 from dynaresize.traces.io import Trace
+from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.phases import PipelineMode
 from dynaresize.traces.staged_dir import staged_dir
 
@@ -414,8 +413,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             "fit": None if result.fit is None else result.fit.quality_lines(),
             "notes": result.notes,
         }
-        text = json.dumps(finite_json(payload), indent=2, allow_nan=False)
-        (staging / "replay.json").write_text(text + "\n")
+        (staging / "replay.json").write_text(dumps_finite(payload) + "\n")
         (staging / "config.json").write_text(scenario.model_dump_json(indent=2))
         if result.fit is not None:
             import yaml

@@ -4,7 +4,6 @@ as figures (step, stage, total and resize critical-path errors), text lines, a p
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from dynaresize.policies.types import CostSource
+from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.phases import PipelineMode, StrategyName
 from dynaresize.traces.staged_dir import staged_dir
 
@@ -182,7 +182,7 @@ def plot_validation(report: ValidationReport, *, title: str):
 def write_validation_outputs(report: ValidationReport, out_dir: Path, *, title: str) -> None:
     """validation.json, per_step.csv, resizes.csv and validation.png, all or nothing."""
     with staged_dir(out_dir, replace=False) as staging:
-        (staging / "validation.json").write_text(json.dumps(report.as_dict(), indent=2))
+        (staging / "validation.json").write_text(dumps_finite(report.as_dict()))
         report.per_step.to_csv(staging / "per_step.csv", index=False)
         report.resizes.to_csv(staging / "resizes.csv", index=False)
         plot_validation(report, title=title).savefig(staging / "validation.png", dpi=110)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from dynaresize.config_io import (
     ConfigError,
@@ -23,6 +23,7 @@ from dynaresize.config_io import (
 )
 from dynaresize.policies.types import CostSource
 
+from .bounds import out_of_range
 from .provenance import FittedOn
 from .resize import ResizeCostParams
 from .rollout import RolloutCostParams
@@ -67,6 +68,13 @@ class CostModels(BaseModel):
         description="The model sizes and hardware the parameters were fitted on (None: the "
         "built-in defaults); using them outside that range prints a warning.",
     )
+
+    @model_validator(mode="after")
+    def _computable(self) -> CostModels:
+        problem = out_of_range(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
     def with_overrides(self, overrides: dict[str, Any]) -> CostModels:
         """A copy with `overrides` merged in field by field (nested mappings merge too)."""

@@ -28,6 +28,8 @@ class ResultCache:
         self._pending: list[dict] = []
         self._last_flush = time.monotonic()
         self.rows: dict[str, dict] = self._load()
+        self.written: list[Path] = []
+        """Part files this cache wrote (a failed sweep takes them out again)."""
 
     def _load(self) -> dict[str, dict]:
         if self.directory is None or not self.directory.is_dir():
@@ -60,6 +62,17 @@ class ResultCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         name = f"{self.kind}-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
         staging = self.directory / f".{name}.tmp"
-        pd.DataFrame(self._pending).to_parquet(staging, index=False)
-        staging.rename(self.directory / name)
+        try:
+            pd.DataFrame(self._pending).to_parquet(staging, index=False)
+            staging.rename(self.directory / name)
+        finally:
+            staging.unlink(missing_ok=True)
+        self.written.append(self.directory / name)
+        self._pending.clear()
+
+    def discard_written(self) -> None:
+        """Remove the part files this cache wrote and forget their rows' place on disk."""
+        for part in self.written:
+            part.unlink(missing_ok=True)
+        self.written.clear()
         self._pending.clear()

@@ -27,6 +27,7 @@ import json
 import math
 import multiprocessing
 import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -36,12 +37,19 @@ import pandas as pd
 from tqdm import tqdm
 
 from dynaresize.config_io import ConfigError
+from dynaresize.traces.staged_dir import (
+    claim_output_dir,
+    output_errors,
+    record_output_entries,
+    staged_dir,
+)
 
 from ..config import ScenarioConfig, load_config
 from ..optimal import Regret
 from .plan import SWEEP_FORMAT_VERSION, SweepPlan, plan_sweep
+from .ray_probe import require_ray_cluster
 from .space import SweepParam
-from .store import ResultCache
+from .store import CACHE_DIRNAME, ResultCache
 from .tasks import evaluate_baseline, evaluate_run
 
 RESULTS_FILENAME = "results.parquet"
@@ -213,6 +221,7 @@ def run_sweep(
     ray_address: str | None = None,
     worker_env: dict[str, str] | None = None,
     progress: bool = True,
+    extra_outputs: Callable[[pd.DataFrame, Path], object] | None = None,
 ) -> pd.DataFrame:
     """Run (or resume) a sweep and return its table, one row per run.
 
@@ -224,7 +233,13 @@ def run_sweep(
     the offline optimum). With `out`, the table goes to `out/results.parquet` and finished runs
     are cached there. `jobs` defaults to every core here (1 runs in this process) or every
     CPU of the Ray cluster at `ray_address` ("local" starts one on this machine);
-    `worker_env` sets environment variables in every worker.
+    `worker_env` sets environment variables in every worker. `extra_outputs(table, folder)`
+    writes more files (a figure) into the folder whose content lands in `out` with the table.
+
+    `out` must be new, empty or an earlier sweep's folder; a Ray cluster at `ray_address` must
+    answer within `ray_probe.RAY_CONNECT_TIMEOUT_S`. Both are checked before anything is created.
+    A failure leaves `out` as it was (a new folder is removed); an interrupted sweep keeps the
+    runs it finished in `out/cache/`.
     """
     base = _with_costs(_load_config(config), costs)
     plan = plan_sweep(
@@ -236,14 +251,49 @@ def run_sweep(
         workloads=workloads,
         traces=traces,
     )
-    out_dir = Path(out) if out is not None else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
     if jobs is not None and jobs < 1:
         raise ConfigError(f"jobs must be at least 1, got {jobs}")
+    if ray_address is not None:
+        require_ray_cluster(ray_address)
     env = {str(k): str(v) for k, v in (worker_env or {}).items()}
+    out_dir = Path(out) if out is not None else None
+    created = claim_output_dir(out_dir) if out_dir is not None else False
+    cache_existed = out_dir is not None and (out_dir / CACHE_DIRNAME).is_dir()
     runs_cache = ResultCache(out_dir, "runs")
     baselines_cache = ResultCache(out_dir, "baselines")
+    try:
+        with output_errors(out_dir) if out_dir is not None else contextlib.nullcontext():
+            table = _run_plan(
+                plan,
+                (baselines_cache, runs_cache),
+                env=env,
+                jobs=jobs,
+                ray_address=ray_address,
+                progress=progress,
+            )
+            if out_dir is not None:
+                _write_outputs(out_dir, table, base, plan, extra_outputs)
+    except Exception:
+        # A failed sweep leaves its folder as it found it: a new folder goes, an earlier
+        # sweep's folder loses the cache parts this one added. (An interrupted sweep keeps
+        # them: finished runs are what a resumed sweep skips.)
+        if out_dir is not None:
+            _undo_partial_sweep(out_dir, created, cache_existed, [runs_cache, baselines_cache])
+        raise
+    return table
+
+
+def _run_plan(
+    plan: SweepPlan,
+    caches: tuple[ResultCache, ResultCache],
+    *,
+    env: dict[str, str],
+    jobs: int | None,
+    ray_address: str | None,
+    progress: bool,
+) -> pd.DataFrame:
+    """Every pending baseline and run of the plan, on local processes or Ray; the table."""
+    baselines_cache, runs_cache = caches
     if ray_address is None:
         with _local_mapper(jobs=1, worker_env=env):
             _warm_up(plan, baselines_cache)
@@ -267,18 +317,31 @@ def run_sweep(
             progress=progress,
             desc="runs",
         )
-    table = _table(plan, runs_cache, baselines_cache)
-    if out_dir is not None:
-        _write_outputs(out_dir, table, base, plan)
-    return table
+    return _table(plan, runs_cache, baselines_cache)
+
+
+def _undo_partial_sweep(
+    out_dir: Path, created: bool, cache_existed: bool, caches: list[ResultCache]
+) -> None:
+    if created:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return
+    for cache in caches:
+        cache.discard_written()
+    cache_dir = out_dir / CACHE_DIRNAME
+    if not cache_existed and cache_dir.is_dir() and not any(cache_dir.iterdir()):
+        cache_dir.rmdir()
 
 
 def _write_outputs(
-    out_dir: Path, table: pd.DataFrame, config: ScenarioConfig, plan: SweepPlan
+    out_dir: Path,
+    table: pd.DataFrame,
+    config: ScenarioConfig,
+    plan: SweepPlan,
+    extra_outputs: Callable[[pd.DataFrame, Path], object] | None,
 ) -> None:
-    staging = out_dir / f".{RESULTS_FILENAME}.tmp"
-    table.to_parquet(staging, index=False)
-    staging.rename(out_dir / RESULTS_FILENAME)
+    """results.parquet, sweep.json and the caller's extra files (a figure) land together,
+    through a staging folder, or none of them does."""
     spec = {
         "format_version": SWEEP_FORMAT_VERSION,
         "params": plan.param_paths,
@@ -286,7 +349,12 @@ def _write_outputs(
         "num_baselines": len(plan.baselines()),
         "config": config.model_dump(mode="json"),
     }
-    (out_dir / SPEC_FILENAME).write_text(json.dumps(spec, indent=2))
+    record_output_entries(out_dir, [CACHE_DIRNAME])
+    with staged_dir(out_dir, replace=False) as staging:
+        table.to_parquet(staging / RESULTS_FILENAME, index=False)
+        (staging / SPEC_FILENAME).write_text(json.dumps(spec, indent=2, allow_nan=False))
+        if extra_outputs is not None:
+            extra_outputs(table, staging)
 
 
 def sweep_summary(table: pd.DataFrame) -> pd.DataFrame:
