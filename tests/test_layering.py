@@ -204,3 +204,16 @@ def test_twin_traces_and_policies_load_without_the_live_stack():
 def test_the_link_in_dynaresize_points_at_the_top_level_folder(package):
     link = REPO / "dynaresize" / package.split(".")[1]
     assert link.is_symlink() and link.resolve() == FOLDERS[package].resolve()
+
+
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_is_over_the_size_limit():
+    """Small modules with one job: a module past the limit is split by job, not by line count."""
+    long = {
+        name: n
+        for name, path in project_modules().items()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"

@@ -178,7 +178,8 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
         if spec.nullable:
             nulls = np.array([_is_null(v) for v in vals], dtype=bool)
             problems.add(~is_str & ~nulls, spec.name, lambda i: _bad_text(vals[i]))
-            out = np.where(is_str, vals, None)
+            out = vals.copy()
+            out[~is_str] = None
         else:
             problems.add(~is_str, spec.name, lambda i: _bad_text(vals[i], missing=True))
             out = vals

@@ -102,6 +102,8 @@ def sweep(
             progress=progress,
             extra_outputs=draw_figure,
         )
+    for note in table.attrs.get("notes", ()):
+        print(f"note: {note}")
     summary = sweep_summary(table)
     print(summary.head(SUMMARY_ROWS).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     if len(summary) > SUMMARY_ROWS:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList, PreTrainedModel
@@ -107,7 +108,9 @@ class HFGenerateEngine:
             rule=self.sampling_rule,
         )
         eos = params.eos_token_id
-        output = self.model.generate(
+        # transformers' overloads of `generate` differ between releases: the dict output asked
+        # for below is what every release returns here
+        output: Any = cast(Any, self.model).generate(
             input_ids=input_ids.to(self.device),
             attention_mask=attention_mask.to(self.device),
             max_new_tokens=params.max_new_tokens,

@@ -96,4 +96,4 @@ def test_replay_and_calibrate_take_the_same_flags(log, tmp_path):
     again = invoke(["calibrate", "--trace", str(log), "--out", str(costs)])
     assert again.output.count("model size: 8B") == 1  # each assumption once
     sim = invoke(["run", "--mode", "sim", "--train-gpus", "6", "--rollout-gpus", "2"])
-    assert sim.exit_code == 2 and "--mode replay only" in sim.output
+    assert sim.exit_code == 2 and "does nothing with --mode sim" in sim.output

@@ -33,6 +33,7 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from .memory import GB, ModelConfig
+from .phase_order import topological_order
 from .transfer_paths import PathBandwidths, off_path_seconds, recut_shares_by_path
 
 
@@ -265,35 +266,6 @@ class ResizeCostParams(BaseModel):
         if link is Link.HOST:
             return self.reference_host_bandwidth_gbps / host_bandwidth_gbps
         return self.reference_interconnect_bandwidth_gbps / interconnect_bandwidth_gbps
-
-
-def topological_order(
-    phases: dict[PhaseName, PhaseCostParams], *, strategy: StrategyName
-) -> list[PhaseName]:
-    """Phases in dependency order; a ValueError names an unknown dependency or a cycle."""
-    order: list[PhaseName] = []
-    state: dict[PhaseName, int] = {}
-
-    def visit(name: PhaseName, trail: tuple[PhaseName, ...]) -> None:
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = " -> ".join(p.value for p in (*trail, name))
-            raise ValueError(f"resize.{strategy.value}: phases form a cycle: {cycle}")
-        state[name] = 1
-        for dep in phases[name].depends_on:
-            if dep not in phases:
-                raise ValueError(
-                    f"resize.{strategy.value}.{name.value} depends on {dep.value}, "
-                    "which is not a phase of this strategy"
-                )
-            visit(dep, (*trail, name))
-        state[name] = 2
-        order.append(name)
-
-    for name in phases:
-        visit(name, ())
-    return order
 
 
 @dataclass(frozen=True)
