@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import stat
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,6 +170,8 @@ class Cluster:
     started_ray: bool
     worker_pids: list[int] = field(default_factory=list)
     """Process ids of the workers on this machine (set once they answer)."""
+    notes: list[str] = field(default_factory=list)
+    """What the trace's notes must say about the cluster (e.g. that it is oversubscribed)."""
 
     def shutdown(self) -> None:
         """Stop the workers, free the bundles and the staging they held, stop Ray if this run
@@ -257,12 +260,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def oversubscription(config: LiveConfig, *, address: str | None) -> str | None:
+    """A note when the workers outnumber the cores (CPU runs) or the GPUs (CUDA runs) they run
+    on: their timings then include contention, which calibration must not take as costs. A local
+    run counts this machine's cores (Ray's CPU count is raised to fit the workers); a joined
+    cluster, the CPUs it reports."""
+    if config.device is DeviceKind.CUDA:
+        if config.num_workers > config.num_gpus:
+            return f"oversubscribed: {config.num_workers} workers on {config.num_gpus} GPUs"
+        return None
+    if address is None:
+        cores = int(os.cpu_count() or 1)
+    else:
+        cores = int(ray.cluster_resources().get("CPU", 0))
+    if config.num_workers > cores:
+        return f"oversubscribed: {config.num_workers} workers on {cores} CPU cores"
+    return None
+
+
 def start(config: LiveConfig, *, address: str | None) -> Cluster:
     started = connect(address=address, config=config)
     try:
         group = reserve(config)
+        note = oversubscription(config, address=address)
     except Exception:
         if started:
             ray.shutdown()
         raise
-    return Cluster(placement=group, workers=start_workers(config, group), started_ray=started)
+    if note is not None:
+        print(f"warning: {note}; its timings include contention", file=sys.stderr)
+    return Cluster(
+        placement=group,
+        workers=start_workers(config, group),
+        started_ray=started,
+        notes=[note] if note else [],
+    )

@@ -151,8 +151,9 @@ def run_live(
             driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
         raise
     else:
-        driver.close()
-        bounded(driver.release, what="releasing staging and process groups")
+        with sigint_ignored():  # the run is complete: a Ctrl-C now would only lose that
+            driver.close()
+            bounded(driver.release, what="releasing staging and process groups")
         return result
     finally:
         with sigint_ignored():
@@ -218,6 +219,7 @@ class LiveSession:
         self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
         self.cost_feedback: ResizeCostFeedback | None = None
+        self.cluster_notes = list(cluster.notes)
         self.worker_infos: list[dict[str, Any]] = []
         """`LiveWorker.info` of every worker once they have answered (pids for shutdown)."""
 
@@ -502,6 +504,7 @@ class LiveSession:
                 f"rollout_engines={self.live.rollout_engines.value}",
                 f"staging_path={self.live.staging.path.value}",
                 *node_notes(setup.worker_infos),
+                *self.cluster_notes,
             ],
         )
 

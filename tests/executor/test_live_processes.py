@@ -1,6 +1,6 @@
 """A live run's processes from the outside, through the command line as a user runs it.
 
-Three runs of a 3-worker, 3-step tiny job, each in a session of its own (as a shell starts a
+Three runs of a 3-worker, 30-step tiny job, each in a session of its own (as a shell starts a
 job), with private staging folders so that the counts are the run's own:
 - Ctrl-C (SIGINT to the run's process group) after the first checkpoint: while it runs, every
   listener of its processes is on loopback except Ray's own gRPC servers (one per Ray process,
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,8 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 POOL_PREFIX = "dynaresize-stage-"
+NUM_STEPS = 30
+"""Enough steps (about 0.2 s each) that the signal lands while the run is still stepping."""
 KILLED_DRIVER_BOUND_S = 20.0
 """The watchdog notes processes every second and waits up to 10 s for killed ones to exit."""
 
@@ -50,7 +53,7 @@ model: {num_params_b: 0.0001, activation_memory_gb_per_gpu: 0.1,
 workload: {preset: low_variance, samples_per_step: 4, max_response_tokens: 8}
 costs: {rollout: {kv_capacity_tokens_per_replica: null}}
 pipeline: {mode: one_step_off, resize_strategy: overlapped}
-simulation: {num_steps: 3, seed: 0}
+simulation: {num_steps: 30, seed: 0}
 live:
   model: {preset: tiny}
   device: cpu
@@ -74,14 +77,16 @@ class Run:
         self.out = tmp / "run"
         self.shm = Path("/dev/shm") / f"dynaresize-test-{os.getpid()}-{tmp.name}"
         self.shm.mkdir(exist_ok=True)
-        (tmp / "tmp").mkdir(exist_ok=True)
+        # Ray's unix sockets live under the temp folder: a short path keeps them under 108 bytes
+        self.temp = Path("/tmp") / f"drt-{os.getpid()}-{tmp.name}"
+        self.temp.mkdir(exist_ok=True)
         config = tmp / "tiny.yaml"
         config.write_text(CONFIG)
         env = dict(
             os.environ,
             PYTHONPATH=str(REPO),
             DYNARESIZE_SHM_DIR=str(self.shm),
-            TMPDIR=str(tmp / "tmp"),
+            TMPDIR=str(self.temp),
             RAY_AUTH_TOKEN_PATH=str(tmp / "auth_token"),  # written by the run, owner-only
         )
         for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):
@@ -122,7 +127,7 @@ class Run:
         return self.process.communicate(timeout=timeout_s)
 
     def staging(self) -> list[str]:
-        folders = (self.shm, self.tmp / "tmp")
+        folders = (self.shm, self.temp)
         return sorted(n for f in folders for n in os.listdir(f) if n.startswith(POOL_PREFIX))
 
     def alive(self) -> list[str]:
@@ -136,7 +141,8 @@ class Run:
         return left
 
     def close(self) -> None:
-        """Only if a test failed: stop what is left of this run, by the pids it had."""
+        """At the end: stop what is left of this run by the processes it had (nothing, when the
+        test passed) and remove its private folders."""
         for proc in self.seen.values():
             try:
                 proc.kill()
@@ -144,9 +150,8 @@ class Run:
                 continue
         if self.process.poll() is None:
             self.process.kill()
-        for name in os.listdir(self.shm):
-            (self.shm / name).unlink()
-        self.shm.rmdir()
+        shutil.rmtree(self.shm, ignore_errors=True)
+        shutil.rmtree(self.temp, ignore_errors=True)
 
 
 def wide_listeners(procs: list[psutil.Process]) -> dict[str, list[str]]:
@@ -211,19 +216,23 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     assert len(lines) == 1, err
     assert str(run.out) in lines[0] and "checkpoint at step" in lines[0]
     assert lines[0].endswith("--resume"), lines[0]
+    assert (run.out / "fault.json").is_file(), err
     fault = json.loads((run.out / "fault.json").read_text())
     assert fault["kind"] == "interrupted" and fault["phase"] in {"step", "resize", "checkpoint"}
     assert run.alive() == []
     assert run.staging() == []
 
     assert f"--out {run.out}" in lines[0]
-    resumed = Run(run.tmp, "--resume")
+    resumed = runs("interrupted", "--resume")
     out, err = resumed.communicate()
     assert resumed.process.returncode == 0, err
-    assert "live run: 3 steps" in out
+    assert f"live run: {NUM_STEPS} steps" in out
     assert resumed.staging() == []
     assert not (run.out / "fault.json").exists()
-    assert list(read_trace(run.out / "trace").steps.step) == [0, 1, 2]  # none lost or repeated
+    trace = read_trace(run.out / "trace")
+    assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
+    oversubscribed = [n for n in trace.meta.notes if n.startswith("oversubscribed:")]
+    assert bool(oversubscribed) is ((os.cpu_count() or 1) < 3), trace.meta.notes
 
 
 def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
