@@ -61,6 +61,8 @@ class BoundGroups:
     """Time `bind` blocked: waiting for the background builder, or building on the spot."""
     built_on_bind: int
     """Groups created inside `bind` (0 when the cache had them ready)."""
+    cache_hits: int = 0
+    """Groups taken ready-made from the cache (prewarmed in the background)."""
 
     def group(self, kind: GroupKind) -> dist.ProcessGroup | None:
         return self.groups[kind]
@@ -149,7 +151,7 @@ class CommunicatorCache:
         """The groups of `allocation`. Every rank calls this at the same resize boundary."""
         roles = self.role_map(allocation)
         started = time.perf_counter()
-        built = 0
+        built = hits = 0
         groups: dict[GroupKind, dist.ProcessGroup | None] = {}
         if self.reuse and self._thread is not None:
             for kind, members in memberships(roles).items():
@@ -157,6 +159,7 @@ class CommunicatorCache:
                 if self._error is not None:
                     raise RuntimeError("building the cached process groups failed") from self._error
                 groups[kind] = self._groups[members]
+                hits += 1
         else:
             self._release_on_demand()
             # Same order on every rank: the order of the group kinds.
@@ -167,7 +170,22 @@ class CommunicatorCache:
                     self._on_demand.append(group)
                 built += 1
         waited = time.perf_counter() - started
-        return BoundGroups(roles=roles, groups=groups, waited_s=waited, built_on_bind=built)
+        return BoundGroups(
+            roles=roles, groups=groups, waited_s=waited, built_on_bind=built, cache_hits=hits
+        )
+
+    def close(self, timeout_s: float = 60.0) -> int:
+        """Destroy every group this cache built (prewarmed or on demand), after the background
+        build has ended; returns how many. A build still running after `timeout_s` (a peer is
+        gone) is left to the process's exit."""
+        if not self.wait_prewarmed(timeout_s):
+            return 0
+        built = [g for g in self._groups.values() if g is not None] + self._on_demand
+        for group in built:
+            dist.destroy_process_group(group)
+        self._groups.clear()
+        self._on_demand.clear()
+        return len(built)
 
     def _release_on_demand(self) -> None:
         """Groups built for the previous split without the cache are not kept around."""

@@ -25,6 +25,7 @@ records and last checkpoint intact; `resume=True` continues from that checkpoint
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -39,7 +40,8 @@ from dynaresize.twin.config import ScenarioConfig
 
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
-from .cluster import Cluster, start
+from .cluster import Cluster
+from .cluster import start as start_cluster
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
@@ -48,8 +50,16 @@ from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
-from .runtime import Calls, Runtime, WorkerLostError
+from .runtime import Calls, Runtime
 from .shards import full_vectors
+from .shutdown import (
+    Guard,
+    RendezvousFolder,
+    bounded,
+    sigint_ignored,
+    sweep_left_staging,
+    write_fault,
+)
 from .step_records import (
     ResizeLabel,
     StepClock,
@@ -114,8 +124,16 @@ def run_live(
         raise FileNotFoundError(live.replay_batches_from)
     if address is None:
         check_local_devices(live)
+        note = sweep_left_staging()
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     check_address(address)
-    cluster = start(live, address=address)  # a cluster that cannot hold the run: nothing written
+    guard = Guard.start()  # kills what this run starts if the driver dies without cleaning up
+    try:
+        cluster = start_cluster(live, address=address)  # cannot hold the run: nothing written
+    except BaseException:
+        guard.done()
+        raise
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
@@ -123,18 +141,28 @@ def run_live(
     driver = LiveSession(
         live, cluster, out, restored, Path(costs) if costs else None, scenario=scenario
     )
+    rendezvous = RendezvousFolder.create() if address is None else None
+    driver.runtime.rendezvous_file = rendezvous.file if rendezvous else None
     try:
         result = driver.run()
     except BaseException as err:
-        if isinstance(err, WorkerLostError):
-            (out / FAULT_FILE).write_text(json.dumps(err.as_dict() | {"message": str(err)}))
-        driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
+        with sigint_ignored():
+            write_fault(out / FAULT_FILE, err, driver.runtime)
+            driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
         raise
     else:
-        driver.close()
+        with sigint_ignored():  # the run is complete: a Ctrl-C now would only lose that
+            driver.close()
+            bounded(driver.release, what="releasing staging and process groups")
         return result
     finally:
-        cluster.shutdown()
+        with sigint_ignored():
+            if address is None:  # the workers are on this machine: wait for them to exit
+                cluster.worker_pids = [int(i["pid"]) for i in driver.worker_infos]
+            cluster.shutdown()
+            if rendezvous is not None:
+                rendezvous.remove()
+            guard.done()
 
 
 def check_local_devices(live: LiveConfig) -> None:
@@ -191,6 +219,9 @@ class LiveSession:
         self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
         self.cost_feedback: ResizeCostFeedback | None = None
+        self.cluster_notes = list(cluster.notes)
+        self.worker_infos: list[dict[str, Any]] = []
+        """`LiveWorker.info` of every worker once they have answered (pids for shutdown)."""
 
     # --- the run, top down ---------------------------------------------------------------
 
@@ -203,7 +234,7 @@ class LiveSession:
             rt.step = first
             pending = self._generate(first)
         for step in range(first, live.num_steps):
-            rt.step = step
+            rt.step, rt.phase = step, "step"
             batch, pending = self._step(step, pending)
             self.strategy.after_step(rt)
             self._record_background(self.strategy.pop_background_phases())
@@ -249,6 +280,7 @@ class LiveSession:
 
     def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
         """Process id, host and device of every worker (workers.json), for fault reports."""
+        self.worker_infos = infos
         (self.out / WORKERS_FILE).write_text(json.dumps(infos))
 
     def close(self, *, quiet: bool = False) -> None:
@@ -262,6 +294,13 @@ class LiveSession:
             self.recorder.close()
             if not quiet:
                 raise
+
+    def release(self) -> None:
+        """After a run that ended well: the strategy's staging pools and communicator caches,
+        then every worker's process groups (a fault leaves this to killing the workers)."""
+        rt = self.runtime
+        self.strategy.release(rt)
+        rt.call(rt.all_ids, LiveWorker.leave_world).wait("leaving the world group")
 
     # --- one step ------------------------------------------------------------------------
 
@@ -379,7 +418,9 @@ class LiveSession:
             to_allocation=target.label,
         )
         begin = rt.clock()
+        rt.phase = "resize"
         phases = self.strategy.resize(rt, target=RoleMap.for_allocation(target))
+        rt.phase = "step"
         critical_s = rt.clock() - begin
         self.last_resize = label
         self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
@@ -393,6 +434,7 @@ class LiveSession:
         if every is None or (next_step % every != 0 and next_step != self.live.num_steps):
             return
         rt = self.runtime
+        rt.phase = "checkpoint"
         shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("writing a checkpoint")
         ckpt.save(
             self.out,
@@ -462,6 +504,7 @@ class LiveSession:
                 f"rollout_engines={self.live.rollout_engines.value}",
                 f"staging_path={self.live.staging.path.value}",
                 *node_notes(setup.worker_infos),
+                *self.cluster_notes,
             ],
         )
 

@@ -34,6 +34,10 @@ class PhaseTiming:
     bytes_moved: int = 0
     transfers: tuple[TransferStat, ...] = ()
     """Each piece of state the phase moved between workers: path, bytes, seconds."""
+    comm_cache_hits: int | None = None
+    """Groups of the target split the phase took from the communicator cache (None: none bound)."""
+    comm_groups_built: int | None = None
+    """Groups the phase built on the spot (None: none bound)."""
 
 
 @dataclass
@@ -45,7 +49,12 @@ class PhaseLog:
 
     @contextmanager
     def phase(self, name: PhaseName, *, critical: bool = True) -> Iterator[dict]:
-        extra: dict[str, Any] = {"bytes_moved": 0, "transfers": ()}
+        extra: dict[str, Any] = {
+            "bytes_moved": 0,
+            "transfers": (),
+            "comm_cache_hits": None,
+            "comm_groups_built": None,
+        }
         start = self.runtime.clock()
         yield extra
         self.phases.append(
@@ -56,6 +65,8 @@ class PhaseLog:
                 critical=critical,
                 bytes_moved=int(extra["bytes_moved"]),
                 transfers=tuple(extra["transfers"]),
+                comm_cache_hits=extra["comm_cache_hits"],
+                comm_groups_built=extra["comm_groups_built"],
             )
         )
 
@@ -74,6 +85,10 @@ class ResizeStrategy(ABC):
     def pop_background_phases(self) -> list[PhaseTiming]:
         """Background phases that ended since the last call (the driver records them)."""
         return []
+
+    def release(self, runtime: Runtime) -> None:  # noqa: B027 - optional hook
+        """Free what the strategy holds on the workers (staging pools, cached groups) after a
+        run that ended well; the driver calls it before stopping the workers."""
 
     @abstractmethod
     def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:

@@ -32,16 +32,23 @@ from .worker import LiveWorker
 P = ParamSpec("P")
 R = TypeVar("R")
 
+LOST_CHECK_S = 15.0
+"""Longest wait to find which worker died after a peer's collective failed."""
+
 _LOST = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
 
 
 class WorkerLostError(RuntimeError):
     """A worker process died (killed, crashed, out of memory) while the run needed it."""
 
-    def __init__(self, *, worker_id: int, role: str, step: int, doing: str, cause: str) -> None:
+    def __init__(
+        self, *, worker_id: int, role: str, step: int, doing: str, cause: str, phase: str = "step"
+    ) -> None:
         self.worker_id, self.role, self.step, self.doing = worker_id, role, step, doing
+        self.phase = phase
         super().__init__(
-            f"worker {worker_id} ({role}) was lost during step {step} while {doing}: {cause}"
+            f"worker {worker_id} ({role}) was lost during step {step} ({phase}) while {doing}: "
+            f"{cause}"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -49,6 +56,7 @@ class WorkerLostError(RuntimeError):
             "worker_id": self.worker_id,
             "role": self.role,
             "step": self.step,
+            "phase": self.phase,
             "doing": self.doing,
         }
 
@@ -83,6 +91,11 @@ class Runtime:
     start_wall: float
     step: int = 0
     weights_version: int = 0
+    phase: str = "setup"
+    """What the driver is doing: setup, step, resize or checkpoint (for fault reports)."""
+    rendezvous_file: str | None = None
+    """A file for the world group's rendezvous when every worker is on the driver's machine
+    (no TCP store listening anywhere); None: a TCP store at the first worker's address."""
 
     def clock(self) -> float:
         """Seconds since the run started (the records' time base)."""
@@ -142,11 +155,14 @@ class Runtime:
             step=self.step,
             doing=doing,
             cause=type(err).__name__,
+            phase=self.phase,
         )
 
     def _raise_if_a_worker_died(
-        self, pending: dict[ObjectRef[Any], int], doing: str, wait_s: float = 15.0
+        self, pending: dict[ObjectRef[Any], int], doing: str, wait_s: float = LOST_CHECK_S
     ) -> None:
+        """Find the dead worker behind a peer's failure: within `wait_s` in all (the workers are
+        asked together, so the bound does not grow with their number)."""
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
         for ref in ready:
             try:
@@ -155,23 +171,31 @@ class Runtime:
                 raise self._lost(pending[ref], doing, err) from None
             except Exception:
                 continue
-        for worker_id, actor in enumerate(self.workers):
+        probes = {actor.__ray_ready__.remote(): w for w, actor in enumerate(self.workers)}
+        answered, _ = ray.wait(list(probes), num_returns=len(probes), timeout=wait_s)
+        for ref in answered:
             try:
-                ray.get(actor.__ray_ready__.remote(), timeout=wait_s)
+                ray.get(ref)
             except _LOST as err:
-                raise self._lost(worker_id, doing, err) from None
+                raise self._lost(probes[ref], doing, err) from None
             except Exception:
                 continue
 
     def form_world(self, *, master_addr: str) -> None:
-        """Every worker joins one new world process group, rendezvous at worker 0's free port."""
-        port = self.call([0], LiveWorker.rendezvous_port).wait("finding a rendezvous port")[0]
+        """Every worker joins one new world process group: through `rendezvous_file` when set
+        (one machine: nothing listens), else at a free port of worker 0 on `master_addr`."""
+        if self.rendezvous_file is not None:
+            init_method = f"file://{self.rendezvous_file}"
+        else:
+            port = self.call([0], LiveWorker.rendezvous_port).wait("finding a rendezvous port")[0]
+            init_method = f"tcp://{master_addr}:{port}"
         self.call(
             self.all_ids,
             LiveWorker.join_world,
             master_addr=master_addr,
-            master_port=port,
+            master_port=0,
             world_size=len(self.workers),
+            init_method=init_method,
         ).wait("joining the world group")
 
     def take_roles(

@@ -190,6 +190,8 @@ def phase_records(label: ResizeLabel, phases: Iterable[PhaseTiming]) -> list[Res
             end_s=p.end_s,
             critical=p.critical,
             bytes_moved=p.bytes_moved,
+            comm_cache_hits=p.comm_cache_hits,
+            comm_groups_built=p.comm_groups_built,
         )
         for p in phases
     ]

@@ -65,12 +65,15 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
     def rendezvous_port(self) -> int:
         return free_port()
 
-    def join_world(self, *, master_addr: str, master_port: int, world_size: int) -> float:
-        """Join the world gloo group (every worker, created once for the whole run)."""
+    def join_world(
+        self, *, master_addr: str, master_port: int, world_size: int, init_method: str | None = None
+    ) -> float:
+        """Join the world gloo group (every worker, created once for the whole run), through
+        `init_method` when given (a file on one machine), else a TCP store at the address."""
         start = time.perf_counter()
         dist.init_process_group(
             backend="gloo",
-            init_method=f"tcp://{master_addr}:{master_port}",
+            init_method=init_method or f"tcp://{master_addr}:{master_port}",
             rank=self.worker_id,
             world_size=world_size,
             timeout=COLLECTIVE_TIMEOUT,
@@ -82,6 +85,21 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         self._model = build_model(self.config.model, device=self.device)
         self._model.requires_grad_(True)
         return flat_numel(self._model)
+
+    def leave_world(self) -> int:
+        """Destroy every process group of this worker at the end of a run that ended well: the
+        communicator cache's, those built at setup and at resizes, and the world group. Returns
+        how many groups there were."""
+        cache = getattr(self, "_comm_cache", None)
+        if cache is not None:
+            cache.close()
+        count = 0
+        if dist.is_initialized():
+            count = len(dist.distributed_c10d._world.pg_map)
+            dist.destroy_process_group()
+        self.train_group = None
+        self.sync_group = None
+        return count
 
     # --- groups and roles -----------------------------------------------------------------
 

@@ -87,6 +87,17 @@ class ResizePhaseRecord(_Record):
     end_s: float = Field(ge=0, description="Phase end (s).")
     critical: bool = Field(description="True if the pipeline waited for it; False if overlapped.")
     bytes_moved: int = Field(default=0, ge=0, description="Bytes the phase moved, if it moved any.")
+    comm_cache_hits: int | None = Field(
+        default=None,
+        ge=0,
+        description="Process groups of the target split taken ready-made from the communicator "
+        "cache in this phase (None: not recorded, or no groups bound in it).",
+    )
+    comm_groups_built: int | None = Field(
+        default=None,
+        ge=0,
+        description="Process groups built on the spot in this phase (None: not recorded).",
+    )
 
     @model_validator(mode="after")
     def _ordered(self) -> ResizePhaseRecord:

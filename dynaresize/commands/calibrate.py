@@ -83,6 +83,10 @@ def calibrate(
     for path, t in zip(trace, traces, strict=True):
         for note in trace_notes(t):
             print(f"{path}: {note}")
+            if note.startswith("oversubscribed:"):
+                print(
+                    f"warning: {path} was recorded oversubscribed; its timings include contention"
+                )
     for line in context.notes:
         print(f"note: {line}")
     for line in fit.report_lines():

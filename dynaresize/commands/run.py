@@ -307,8 +307,40 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
             print(f"error: {err}", file=sys.stderr)
             print(f"records and last checkpoint kept in {destination}; continue with --resume")
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            from dynaresize.executor.shutdown import INTERRUPTED_EXIT_CODE, interrupted_message
+
+            line = interrupted_message(
+                destination,
+                resume_command=_resume_command(
+                    config, destination, address=address, steps=steps, seed=seed, policy=policy
+                ),
+            )
+            print(line, file=sys.stderr)
+            raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
     print(
         f"live run: {result.steps_completed} steps, {result.num_resizes} resizes, "
         f"{result.total_s:.1f} s, final split {result.final_allocation}"
     )
     print(f"wrote {result.out_dir}")
+
+
+def _resume_command(
+    config: str,
+    out: Path,
+    *,
+    address: str | None,
+    steps: int | None,
+    seed: int | None,
+    policy: list[str],
+) -> str:
+    """The command line that continues an interrupted live run (the same options)."""
+    import shlex
+
+    words = ["dynaresize", "run", "--mode", "live", "--config", config, "--out", str(out)]
+    for option, value in (("--steps", steps), ("--seed", seed), ("--address", address)):
+        if value is not None:
+            words += [option, str(value)]
+    for spec in policy:
+        words += ["--policy", spec]
+    return shlex.join([*words, "--resume"])

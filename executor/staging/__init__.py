@@ -10,7 +10,7 @@ process hold more than `num_buffers * chunk_bytes` of staged bytes.
 
 Flow control is a pair of named pipes (FIFOs) beside the shared-memory segment: the sender writes
 "chunk i is ready" after the bytes are in the buffer; the receiver writes "slot free" after it has
-copied them out. Both sides block in the kernel (no polling) and give up after `peer_timeout_s` with
+copied them out. Both sides block in the kernel and give up after `peer_timeout_s` with
 a `StagingError` naming the transfer, so a dead peer cannot hang a resize forever.
 
 Both sides derive the same chunk plan from the tensors' names, shapes and dtypes; the sender puts a

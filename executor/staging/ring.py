@@ -134,7 +134,9 @@ class SharedRing:
             )
 
     def wait_until_read(self, fd_kind: str) -> None:
-        """Block until the peer has read every message posted on `fd_kind`.
+        """Wait until the peer has read every message posted on `fd_kind`. This one polls: a
+        pipe has no event for "drained", so it checks every 0.1 ms whether bytes are still
+        unread (up to `peer_timeout_s`); it runs once per transfer, after the last chunk.
 
         Several senders share one pool's 'free' pipe, one after another: the next sender may
         start only once the previous one has taken its last 'free' messages, or it would read

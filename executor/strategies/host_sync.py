@@ -16,7 +16,7 @@ switched in-process on the same actors:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from ray import ObjectRef
 
@@ -68,10 +68,22 @@ def switch_roles_and_bind(
         runtime.call(
             new_replicas, LiveWorker.set_role, role=Role.ROLLOUT, weights_version=version
         ).wait("becoming a rollout replica")
-    with log.phase(PhaseName.COMM_PREWARM):
-        runtime.call(runtime.all_ids, bind, roles=target).wait(bind_doing)
+    with log.phase(PhaseName.COMM_PREWARM) as extra:
+        bound = runtime.call(runtime.all_ids, bind, roles=target).wait(bind_doing)
+        extra["comm_cache_hits"], extra["comm_groups_built"] = cache_use(bound.values())
         runtime.roles = target
         runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")
+
+
+def cache_use(answers: Iterable[object]) -> tuple[int | None, int | None]:
+    """(groups taken from the communicator cache, groups built) of one bind, as every worker
+    reported it (each binds the same groups); (None, None) when the bind reports neither."""
+    reports = [a for a in answers if isinstance(a, dict) and "built_on_bind" in a]
+    if not reports:
+        return None, None
+    built = max(int(r["built_on_bind"]) for r in reports)
+    hits = min(int(r.get("cache_hits", 0)) for r in reports)
+    return hits, built
 
 
 def restore_weights_from_host(

@@ -139,9 +139,15 @@ class OverlappedWorkerSide(RoutedTransfers):
         self.train_group = bound.group(GroupKind.TRAIN_DP)
         self.sync_group = bound.group(GroupKind.WEIGHT_SYNC)
         self.roles = roles
-        return {"waited_s": bound.waited_s, "built_on_bind": float(bound.built_on_bind)}
+        return {
+            "waited_s": bound.waited_s,
+            "built_on_bind": float(bound.built_on_bind),
+            "cache_hits": float(bound.cache_hits),
+        }
 
     def close_staging(self) -> None:
+        """Free the pool, the sender's mappings and the wires (the cached groups stay in use
+        until `leave_world`)."""
         self.settle_background_moves()
         self._comm_cache.wait_prewarmed()
         self._staging_sender.close()

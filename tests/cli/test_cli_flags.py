@@ -3,6 +3,8 @@ nothing is refused rather than ignored; validate takes only costs as calibrate w
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from cli_helpers import assert_one_error, invoke
 from cost_files import calibrated_cost_text
@@ -117,3 +119,20 @@ def test_calibrates_output_is_signed_and_validate_takes_it(tmp_path):
     result = _validate(costs)
     assert result.exit_code == 0, result.output
     assert "per-step absolute error" in result.output
+
+
+def test_calibrate_reports_a_trace_recorded_oversubscribed(tmp_path):
+    import shutil
+
+    from dynaresize.config import BUILTIN_CONFIG_DIR
+
+    run = BUILTIN_CONFIG_DIR.parent / "data" / "live_cpu_short_tail"
+    trace = tmp_path / "trace"
+    shutil.copytree(run / "trace", trace)
+    meta = json.loads((trace / "meta.json").read_text())
+    meta["notes"].append("oversubscribed: 8 workers on 2 CPU cores")
+    (trace / "meta.json").write_text(json.dumps(meta))
+    args = ["calibrate", "--trace", trace, "--config", run / "scenario.yaml"]
+    result = invoke(*args, "--out", tmp_path / "costs.yaml")
+    assert result.exit_code == 0, result.output
+    assert f"warning: {trace} was recorded oversubscribed" in result.output

@@ -84,6 +84,9 @@ def _worker(rank: int, init_file: str, queue) -> None:
             rank=rank, world_size=WORLD, candidates=candidates, reuse=False
         )
         report["ablation"] = [_exercise(ablation, a, rank) for a in candidates]
+        groups_before = len(dist.distributed_c10d._world.pg_map)
+        report["closed"] = cache.close(timeout_s=30) + ablation.close(timeout_s=30)
+        report["groups_destroyed"] = groups_before - len(dist.distributed_c10d._world.pg_map)
     except Exception as exc:  # reported to the test
         report["error"] = repr(exc)
     queue.put(report)
@@ -94,7 +97,12 @@ def _exercise(cache: CommunicatorCache, allocation: Allocation, rank: int) -> di
     bound = cache.bind(allocation)
     roles = bound.roles
     dp_group = bound.group(GroupKind.TRAIN_DP)
-    result = {"built_on_bind": bound.built_on_bind, "dp_sum": None, "synced": None}
+    result = {
+        "built_on_bind": bound.built_on_bind,
+        "cache_hits": bound.cache_hits,
+        "dp_sum": None,
+        "synced": None,
+    }
     if rank in roles.trainer_ids:
         assert dp_group is not None
         value = torch.tensor([float(rank + 1)])
@@ -128,12 +136,20 @@ def test_bound_groups_are_prebuilt_and_work_on_four_ranks(tmp_path) -> None:
     for report in reports:
         rank = report["rank"]
         assert report["background"] == num_distinct
+        # shutdown destroys what the caches built that this rank is in: every prewarmed group,
+        # and the groups the ablation built for the last split it bound
+        order = distinct_memberships([RoleMap.for_allocation(a) for a in candidates])
+        last = memberships(RoleMap.for_allocation(candidates[-1])).values()
+        expected = sum(rank in m for m in order) + sum(rank in m for m in last)
+        assert report["closed"] == expected > 0
+        assert report["groups_destroyed"] == expected
         for mode in ("reuse", "ablation"):
             for allocation, result in zip(candidates, report[mode], strict=True):
                 roles = RoleMap.for_allocation(allocation)
                 groups = memberships(roles)
                 expected_built = 0 if mode == "reuse" else len(groups)
                 assert result["built_on_bind"] == expected_built
+                assert result["cache_hits"] == len(groups) - expected_built
                 if rank in roles.trainer_ids:
                     assert result["dp_sum"] == sum(r + 1 for r in roles.trainer_ids)
                 in_sync = rank in groups[GroupKind.WEIGHT_SYNC]
