@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from dynaresize.config import BUILTIN_CONFIG_DIR, load_run_config
-from dynaresize.executor.batch import load_batch
+from dynaresize.executor.batch import BATCHES_DIR, load_batch
 from dynaresize.executor.driver import run_live
 from dynaresize.executor.job.live_job import resolve_job_paths
 
@@ -62,7 +62,7 @@ def run_seed(seed: int, steps: int | None, model: str | None) -> dict:
         wall_s = time.perf_counter() - start
         rewards = []
         for step in range(result.steps_completed):
-            batch = load_batch(result.out_dir, step)
+            batch = load_batch(result.out_dir / BATCHES_DIR, step)
             rewards.append(float(np.mean([s.reward for s in batch.samples])))
     first, last = np.mean(rewards[:EDGE_STEPS]), np.mean(rewards[-EDGE_STEPS:])
     return {
