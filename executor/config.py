@@ -23,6 +23,7 @@ from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
+from .job.config import DataConfig, RewardConfig
 from .placement_config import PlacementSettings
 from .rl.model_spec import ModelPreset, ModelSpec
 from .rl.settings import ObjectiveSettings, OptimizerSettings
@@ -228,6 +229,21 @@ class LiveConfig(BaseModel):
         default_factory=PlacementSettings,
         description="Which node each worker lives on and which splits the nodes allow.",
     )
+    data: DataConfig | None = Field(
+        default=None,
+        description="Prompt files in veRL's format (needs model.path and reward); None: the "
+        "built-in repeat task.",
+    )
+    reward: RewardConfig | None = Field(
+        default=None,
+        description="The reward of each sample with `data`: a Python file's function or a "
+        "built-in.",
+    )
+    export_hf_dir: str | None = Field(
+        default=None,
+        description="At the end of the run, write the trained policy here as a Hugging Face "
+        "folder (needs model.path for its tokenizer); the folder must be new or empty.",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -277,7 +293,24 @@ class LiveConfig(BaseModel):
                 f"initial_allocation {self.initial_allocation} is not among candidate_allocations"
             )
         self._check_staging_path()
+        self._check_job()
         return self
+
+    def _check_job(self) -> None:
+        """A user's job is a model folder, prompts and a reward together; the files themselves
+        are read by the driver before Ray starts (executor/job/live_job.py)."""
+        if self.data is not None:
+            if self.model.path is None:
+                raise ValueError("data needs model.path, a model folder with its tokenizer")
+            if self.reward is None:
+                raise ValueError("data needs a reward (reward.path or reward.builtin)")
+        elif self.reward is not None:
+            raise ValueError("reward scores the prompts of `data`; give data.train_files too")
+        if self.export_hf_dir is not None and self.model.path is None:
+            raise ValueError(
+                "export_hf_dir writes a Hugging Face folder with the tokenizer of model.path; "
+                "give model.path"
+            )
 
     def _check_staging_path(self) -> None:
         """Device-to-device moves need a GPU per worker (NCCL cannot join two ranks on one)."""

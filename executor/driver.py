@@ -45,6 +45,16 @@ from .cluster import start as start_cluster
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
+from .job.hf_folder import inspect_model_folder
+from .job.live_job import (
+    check_export_target,
+    export_policy,
+    prepare_prompt_source,
+    resolve_job_paths,
+    restore_prompt_position,
+)
+from .job.prompt_source import PromptItem, PromptSource
+from .job.reward import RewardFunctionError
 from .placement import check_address, node_notes
 from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
@@ -92,6 +102,8 @@ class LiveResult:
     num_resizes: int
     total_s: float
     final_allocation: Allocation
+    exported_to: Path | None = None
+    """The Hugging Face folder the trained policy was written to, if asked."""
 
 
 def live_section(config: Any) -> LiveConfig:
@@ -113,11 +125,37 @@ def run_live(
     out_dir: str | Path,
     resume: bool = False,
     costs: str | Path | None = None,
+    export_hf: str | Path | None = None,
 ) -> LiveResult:
-    """Run the configured live job; everything is validated before Ray starts."""
-    live = live_section(config)
+    """Run the configured live job; everything is validated before Ray starts: the config, the
+    checkpoint to resume, and the job's own inputs (model folder, prompt files, reward), which
+    are read here once. Relative job paths are read from the current folder (the command line
+    makes them absolute against the config file's folder first). `export_hf` (or
+    `live.export_hf_dir`): write the trained policy there as a Hugging Face folder at the end."""
+    live = resolve_job_paths(live_section(config), Path.cwd())
+    if export_hf is not None:
+        if live.model.path is None:
+            raise ConfigError(
+                "--export-hf writes a Hugging Face folder with the tokenizer of live.model.path; "
+                "the config has no model.path"
+            )
+        live = live.model_copy(update={"export_hf_dir": str(Path(export_hf).absolute())})
     out = Path(out_dir)
     restored = ckpt.load(out) if resume else None
+    if live.export_hf_dir is not None:
+        check_export_target(
+            export_hf if export_hf is not None else live.export_hf_dir,
+            option="--export-hf" if export_hf is not None else "live.export_hf_dir:",
+        )
+        assert live.model.path is not None  # LiveConfig requires it with export_hf_dir
+        inspect_model_folder(live.model.path)  # its tokenizer is exported with the policy
+    prompts = prepare_prompt_source(live)
+    if restored is not None:
+        restore_prompt_position(
+            prompts,
+            restored.prompt_source,
+            next_batch_id=restored.next_step + (1 if restored.pending_batch else 0),
+        )
     if costs is not None and not Path(costs).is_file():
         raise FileNotFoundError(costs)
     if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
@@ -139,7 +177,13 @@ def run_live(
     (out / FAULT_FILE).unlink(missing_ok=True)
     scenario = config if isinstance(config, ScenarioConfig) else None
     driver = LiveSession(
-        live, cluster, out, restored, Path(costs) if costs else None, scenario=scenario
+        live,
+        cluster,
+        out,
+        restored,
+        Path(costs) if costs else None,
+        scenario=scenario,
+        prompts=prompts,
     )
     rendezvous = RendezvousFolder.create() if address is None else None
     driver.runtime.rendezvous_file = rendezvous.file if rendezvous else None
@@ -149,6 +193,9 @@ def run_live(
         with sigint_ignored():
             write_fault(out / FAULT_FILE, err, driver.runtime)
             driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
+        reward_error = _reward_error(err)
+        if reward_error is not None:
+            raise reward_error from None
         raise
     else:
         with sigint_ignored():  # the run is complete: a Ctrl-C now would only lose that
@@ -163,6 +210,18 @@ def run_live(
             if rendezvous is not None:
                 rendezvous.remove()
             guard.done()
+
+
+def _reward_error(err: BaseException) -> RewardFunctionError | None:
+    """A reward function's failure in a replica, without Ray's wrapping (one line for the
+    user: the function, the sample, the exception)."""
+    cause = getattr(err, "cause", err)
+    for candidate in (cause, err):
+        if isinstance(candidate, RewardFunctionError):
+            return RewardFunctionError(
+                function=candidate.function, sample=candidate.sample, problem=candidate.problem
+            )
+    return None
 
 
 def check_local_devices(live: LiveConfig) -> None:
@@ -191,8 +250,12 @@ class LiveSession:
         costs_path: Path | None,
         *,
         scenario: ScenarioConfig | None = None,
+        prompts: PromptSource | None = None,
     ) -> None:
         self.live = live
+        self.prompts = prompts if prompts is not None else prepare_prompt_source(live)
+        """Where every batch's prompts come from (the repeat task or the run's dataset); its
+        position goes into each checkpoint."""
         self.scenario = scenario
         """The twin's description of the same cluster and model (a run config), if given."""
         self.out = out
@@ -242,6 +305,7 @@ class LiveSession:
                 self._decide(step, batch)
             self._recorder().sync()
             self._checkpoint_if_due(step + 1, pending)
+        exported = self._export() if live.export_hf_dir is not None else None
         return LiveResult(
             out_dir=self.out,
             trace_dir=self.out / "trace",
@@ -249,7 +313,16 @@ class LiveSession:
             num_resizes=self.num_resizes,
             total_s=rt.clock(),
             final_allocation=rt.roles.allocation,
+            exported_to=exported,
         )
+
+    def _export(self) -> Path:
+        """The trained policy (the first trainer's model) as a Hugging Face folder."""
+        assert self.live.export_hf_dir is not None
+        rt = self.runtime
+        first = rt.roles.trainer_ids[0]
+        flat = rt.call([first], LiveWorker.flat_weights).wait("exporting the policy")[first]
+        return export_policy(self.live, flat, self.live.export_hf_dir)
 
     def setup(self) -> None:
         """Workers from fresh actors to their roles (setup.json times each part); the records,
@@ -335,14 +408,12 @@ class LiveSession:
     def _launch_rollout(self, batch_id: int) -> Calls[RolloutReport]:
         """The replicas generate batch `batch_id`, its prompts split evenly among them."""
         rt = self.runtime
+        items: list[PromptItem] = self.prompts.next_batch(batch_id)  # in order, even replaying
         if self.live.replay_batches_from is not None:
             return rt.call_each([])
-        prompt_ids = [
-            batch_id * self.live.prompts_per_step + i for i in range(self.live.prompts_per_step)
-        ]
-        parts = split_evenly(prompt_ids, len(rt.roles.rollout_ids))
+        parts = split_evenly(items, len(rt.roles.rollout_ids))
         return rt.call_each(
-            rt.call([w], LiveWorker.generate, batch_id=batch_id, prompt_ids=part)
+            rt.call([w], LiveWorker.generate, batch_id=batch_id, items=part)
             for w, part in zip(rt.roles.rollout_ids, parts, strict=True)
             if part
         )
@@ -445,6 +516,7 @@ class LiveSession:
                 vectors=full_vectors(list(shards.values())),
                 pending_batch=pending,
                 num_resizes=self.num_resizes,
+                prompt_source=self.prompts.state_dict(),
             ),
         )
 
@@ -505,6 +577,7 @@ class LiveSession:
                 f"staging_path={self.live.staging.path.value}",
                 *node_notes(setup.worker_infos),
                 *self.cluster_notes,
+                *(self.prompts.notes() if self.live.data is not None else []),
             ],
         )
 

@@ -1,9 +1,10 @@
 """The Rollout role: the RL core's sampler on one worker, fed weights by the trainers every step.
 
-A replica generates every sample of the prompts the driver assigns it. Prompts are drawn from
-(seed, batch id) and each sample is seeded by (step, prompt id, sample index), so which replica
-generates a sample does not change its tokens (up to the numerics the sampler documents), and a
-resize that changes the number of replicas does not change the data.
+A replica generates every sample of the prompts the driver sends it (`PromptItem`s drawn by the
+driver's prompt source: the repeat task, or a dataset) and scores each with the job's scorer.
+Each sample is seeded by (step, prompt id, sample index), so which replica generates a sample
+does not change its tokens (up to the numerics the sampler documents), and a resize that changes
+the number of replicas does not change the data.
 """
 
 from __future__ import annotations
@@ -17,27 +18,31 @@ from transformers import PreTrainedModel
 
 from .batch import RolloutBatch, RolloutSample
 from .config import LiveConfig
+from .job.live_job import RolloutShape, rollout_shape
+from .job.prompt_source import PromptItem
+from .job.scoring import SampleScorer
 from .objective import group_advantages
 from .rl.engine import FinishReason, GenerationRequest, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
 from .rl.settings import ObjectiveSettings
-from .rl.task import TOKENIZER, RepeatTask
 
 
-def sampler_config(live: LiveConfig) -> SamplerConfig:
+def sampler_config(live: LiveConfig, shape: RolloutShape | None = None) -> SamplerConfig:
     """A KV cache with a row per sample of a whole batch and room for the longest sequence."""
+    shape = shape or rollout_shape(live)
     return SamplerConfig(
         max_batch_size=live.samples_per_step,
-        max_seq_len=live.max_prompt_tokens() + live.max_response_tokens,
+        max_seq_len=shape.max_prompt_tokens + live.max_response_tokens,
     )
 
 
-def sampling_params(live: LiveConfig) -> SamplingParams:
+def sampling_params(live: LiveConfig, shape: RolloutShape | None = None) -> SamplingParams:
+    shape = shape or rollout_shape(live)
     return SamplingParams(
         temperature=live.temperature,
         top_p=live.top_p,
         max_new_tokens=live.max_response_tokens,
-        eos_token_id=TOKENIZER.eos_token_id,
+        eos_token_id=shape.eos_token_id,
         seed=live.seed,
     )
 
@@ -61,7 +66,7 @@ class RolloutRole:
         *,
         worker_id: int,
         model: PreTrainedModel,
-        task: RepeatTask,
+        scorer: SampleScorer,
         sampler: SamplerConfig,
         params: SamplingParams,
         samples_per_prompt: int,
@@ -69,7 +74,7 @@ class RolloutRole:
     ) -> None:
         self.worker_id = worker_id
         self.model = model
-        self.task = task
+        self.scorer = scorer
         self.params = params
         self.samples_per_prompt = samples_per_prompt
         self.engine = KVCacheSampler(model, sampler)
@@ -80,30 +85,27 @@ class RolloutRole:
         self.engine.load_weights(flat.to(self.engine.device))
         self.weights_version = weights_version
 
-    def generate(
-        self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int
-    ) -> RolloutReport:
+    def generate(self, *, batch_id: int, items: list[PromptItem]) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
         start = time.perf_counter()
-        items = {
-            item.prompt_id: item
-            for item in self.task.sample_items(seed=seed, step=batch_id, num_prompts=num_prompts)
-        }
-        missing = [p for p in prompt_ids if p not in items]
-        if missing:
-            raise ValueError(f"prompt ids {missing[:5]} are not in batch {batch_id}")
+        by_id = {item.prompt_id: item for item in items}
         requests = [
             GenerationRequest(
-                prompt_id=p, sample_index=i, prompt_token_ids=items[p].prompt_token_ids
+                prompt_id=item.prompt_id, sample_index=i, prompt_token_ids=item.prompt_token_ids
             )
-            for p in prompt_ids
+            for item in items
             for i in range(self.samples_per_prompt)
         ]
         output = self.engine.generate(requests, self.params, step=batch_id)
         samples = []
         for result in output.results:
-            item = items[result.prompt_id]
-            score = self.task.score(item, result.token_ids)
+            item = by_id[result.prompt_id]
+            score = self.scorer.score(
+                item,
+                result.token_ids,
+                finished=result.finish_reason is not FinishReason.LENGTH,
+                sample_index=result.sample_index,
+            )
             samples.append(
                 RolloutSample(
                     batch_id=batch_id,

@@ -26,6 +26,8 @@ from dynaresize.traces.phases import Role
 from .batch import RolloutSample
 from .cluster import free_port
 from .config import RolloutEngines
+from .job.live_job import replica_scorer, rollout_shape
+from .job.prompt_source import PromptItem
 from .rl.model import build_model, load_flat_parameters
 from .roles import RoleMap
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
@@ -163,12 +165,13 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
 
     def _build_rollout_role(self, weights_version: int) -> RolloutRole:
         self.rollout_engines_built += 1
+        shape = rollout_shape(self.config)
         return RolloutRole(
             worker_id=self.worker_id,
             model=self.model,
-            task=self.config.build_task(),
-            sampler=sampler_config(self.config),
-            params=sampling_params(self.config),
+            scorer=replica_scorer(self.config),
+            sampler=sampler_config(self.config, shape),
+            params=sampling_params(self.config, shape),
             samples_per_prompt=self.config.samples_per_prompt,
             weights_version=weights_version,
         )
@@ -244,14 +247,9 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
     def train(self, samples: list[RolloutSample], *, num_batch_tokens: int) -> TrainReport:
         return self._trainer().train(samples, num_batch_tokens=num_batch_tokens)
 
-    def generate(self, *, batch_id: int, prompt_ids: list[int]) -> RolloutReport:
-        rollout = self._rollout()
-        return rollout.generate(
-            batch_id=batch_id,
-            prompt_ids=prompt_ids,
-            seed=self.config.seed,
-            num_prompts=self.config.prompts_per_step,
-        )
+    def generate(self, *, batch_id: int, items: list[PromptItem]) -> RolloutReport:
+        """Generate and score the driver's prompts of batch `batch_id`."""
+        return self._rollout().generate(batch_id=batch_id, items=items)
 
     def sync_weights(self, *, weights_version: int) -> dict[str, float]:
         """Broadcast the model from the first trainer to every rollout replica (sync group).

@@ -55,6 +55,12 @@ def run(
     resume: bool = typer.Option(
         False, "--resume", help="live: continue the run in --out from its last checkpoint."
     ),
+    export_hf: Path | None = typer.Option(
+        None,
+        "--export-hf",
+        help="live: write the trained policy to this new or empty folder as a Hugging Face "
+        "model (needs live.model.path).",
+    ),
     train_gpus: int | None = flags.TRAIN_GPUS,
     rollout_gpus: int | None = flags.ROLLOUT_GPUS,
     model_params_b: float | None = flags.MODEL_PARAMS_B,
@@ -76,6 +82,7 @@ def run(
         "--seed": seed is not None,
         "--address": address is not None,
         "--resume": resume,
+        "--export-hf": export_hf is not None,
         **{o: v is not None for o, v in zip(fact_options, fact_flags, strict=True)},
         "--strict": strict,
     }
@@ -86,7 +93,7 @@ def run(
     elif mode is Mode.REPLAY:
         _run_replay(config, policy, costs, out, trace, fact_flags, strict)
     else:
-        _run_live(config, policy, costs, out, steps, seed, address, resume)
+        _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf)
 
 
 _FACT_OPTIONS = {
@@ -102,7 +109,7 @@ _FACT_OPTIONS = {
 _OPTIONS_OF_MODE = {
     Mode.SIM: {"--trace", "--steps", "--seed"},
     Mode.REPLAY: {"--trace", *_FACT_OPTIONS},
-    Mode.LIVE: {"--steps", "--seed", "--address", "--resume"},
+    Mode.LIVE: {"--steps", "--seed", "--address", "--resume", "--export-hf"},
 }
 """Mode-specific options each mode acts on; the others would be ignored, so they are refused."""
 
@@ -265,8 +272,8 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
     )
 
 
-def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
-    from dynaresize.config import load_run_config
+def _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf) -> None:
+    from dynaresize.config import load_run_config, resolve_config_path
     from dynaresize.config_io import ConfigError
     from dynaresize.extras import require_live_extra
     from dynaresize.twin import default_out_dir
@@ -296,14 +303,26 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
         run_config = load_run_config(config, overrides=overrides)
         if run_config.live is None:
             raise ConfigError(f"{config}: --mode live needs a `live:` section in the config")
+        from dynaresize.executor.job.live_job import resolve_job_paths
+
+        # The job's files (model, prompts, reward) are named relative to the config's folder.
+        config_dir = resolve_config_path(config).resolve().parent
+        live = resolve_job_paths(run_config.live, config_dir)
+        run_config = run_config.model_copy(update={"live": live})
         destination = out or default_out_dir(run_config.output.runs_dir)
+        from dynaresize.executor.job.reward import RewardFunctionError
         from dynaresize.executor.runtime import WorkerLostError
 
         try:
             result = run_live(
-                run_config, address=address, out_dir=destination, resume=resume, costs=costs
+                run_config,
+                address=address,
+                out_dir=destination,
+                resume=resume,
+                costs=costs,
+                export_hf=export_hf,
             )
-        except WorkerLostError as err:
+        except (WorkerLostError, RewardFunctionError) as err:
             print(f"error: {err}", file=sys.stderr)
             print(f"records and last checkpoint kept in {destination}; continue with --resume")
             raise typer.Exit(1) from None
@@ -323,6 +342,8 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume) -> None:
         f"{result.total_s:.1f} s, final split {result.final_allocation}"
     )
     print(f"wrote {result.out_dir}")
+    if result.exported_to is not None:
+        print(f"wrote the trained policy to {result.exported_to}")
 
 
 def _resume_command(

@@ -17,9 +17,13 @@ writing a trained policy back out as a Hugging Face folder. Each module does one
                     reward function on the decoded response.
 - `hf_folder`:      check and load a local model folder; export a trained policy as one.
 - `char_model`:     a character-level tokenizer and a tiny Qwen2/Llama folder built locally.
+- `live_job`:       the live run's job from its `live:` section: the driver's prompt source and
+                    checks before Ray starts, each replica's scorer and engine shape, the export
+                    of the trained policy, job paths made absolute.
 
 What it may import: `dynaresize.config_io`, the RL core's task (`executor.rl.task`, for the
-repeat verifier), pydantic, numpy, pyarrow; torch and transformers only inside the functions that
+repeat verifier) and, inside `live_job`'s functions, its model helpers (`executor.rl.model`),
+pydantic, numpy, pyarrow; torch and transformers only inside the functions that
 load or write models and tokenizers, so that `config`, `dataset_files`, `prompt_sampler` and the
 checks of `hf_folder` run before (and without) Ray or torch.
 """

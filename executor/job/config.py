@@ -17,7 +17,15 @@ from enum import Enum
 from pathlib import PurePath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 DATA_FILE_SUFFIXES = (".parquet", ".jsonl")
 """The dataset files read: veRL's Parquet, and JSON Lines with the same fields."""
@@ -153,3 +161,12 @@ class RewardConfig(BaseModel):
         if self.path is not None and PurePath(self.path).suffix != ".py":
             raise ValueError(f"path: {self.path} is not a .py file")
         return self
+
+    @model_serializer(mode="wrap")
+    def _no_name_for_a_builtin(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A builtin's dump leaves out `name` (which it refuses), so that the dumped config the
+        workers receive, or a run folder's config.json, reads back as the same config."""
+        data = handler(self)
+        if self.builtin is not None and isinstance(data, dict):
+            data.pop("name", None)
+        return data

@@ -13,6 +13,7 @@ import torch
 
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
+from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
 from dynaresize.executor.objective import pack
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.task import TOKENIZER
@@ -48,7 +49,7 @@ def _replica(worker_id: int, *, weights_version: int = 0) -> RolloutRole:
     return RolloutRole(
         worker_id=worker_id,
         model=build_model(LIVE.model),
-        task=LIVE.build_task(),
+        scorer=replica_scorer(LIVE),
         sampler=sampler_config(LIVE),
         params=sampling_params(LIVE),
         samples_per_prompt=LIVE.samples_per_prompt,
@@ -75,16 +76,13 @@ def _trainer() -> TrainerRole:
 
 
 def _rollout(batch_id: int, replicas: dict[int, RolloutRole]) -> RolloutBatch:
-    """Batch `batch_id`, its prompts split over `replicas` as the driver splits them."""
-    prompt_ids = [batch_id * LIVE.prompts_per_step + i for i in range(LIVE.prompts_per_step)]
-    size = -(-len(prompt_ids) // len(replicas))
+    """Batch `batch_id`, its prompts drawn and split over `replicas` as the driver does."""
+    source = prepare_prompt_source(LIVE)
+    source.load_state_dict(source.state_dict() | {"next_batch_id": batch_id})
+    items = source.next_batch(batch_id)
+    size = -(-len(items) // len(replicas))
     reports = {
-        worker: replica.generate(
-            batch_id=batch_id,
-            prompt_ids=prompt_ids[i * size : (i + 1) * size],
-            seed=LIVE.seed,
-            num_prompts=LIVE.prompts_per_step,
-        )
+        worker: replica.generate(batch_id=batch_id, items=items[i * size : (i + 1) * size])
         for i, (worker, replica) in enumerate(replicas.items())
     }
     return collect_batch(batch_id, reports, objective=LIVE.objective)
