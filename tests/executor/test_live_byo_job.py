@@ -147,6 +147,11 @@ def test_the_folder_model_generates_the_same_greedy_tokens_in_both_engines(job_f
 def _one_update(live: LiveConfig) -> tuple[list[float], torch.Tensor, torch.Tensor]:
     """One batch generated and scored as a replica does, one trainer step on it: the rewards,
     and the weights before and after."""
+    rewards, before, after, _ = _update_with_batch(live)
+    return rewards, before, after
+
+
+def _update_with_batch(live: LiveConfig):
     model = load_model_folder(live.model.path).model
     shape = rollout_shape(live)
     replica = RolloutRole(
@@ -177,7 +182,17 @@ def _one_update(live: LiveConfig) -> tuple[list[float], torch.Tensor, torch.Tens
     trainer.load_weights(before.float(), optimizer_step=0)
     trainer.load_moments({})
     trainer.train(batch.samples, num_batch_tokens=int(batch.response_lengths().sum()))
-    return [s.reward for s in batch.samples], before, flatten_parameters(trainer_model)
+    rewards = [s.reward for s in batch.samples]
+    return rewards, before, flatten_parameters(trainer_model), (batch, trainer_model)
+
+
+def _response_logprobs(model, samples) -> torch.Tensor:
+    from dynaresize.executor.objective import pack
+    from dynaresize.executor.rl.grpo import token_logprobs
+
+    rows = pack(samples, device=torch.device("cpu"), pad_token_id=0)
+    with torch.no_grad():
+        return (token_logprobs(model, rows) * rows.response_mask).sum(dim=1)
 
 
 def test_rewards_reach_the_loss(job_files) -> None:
@@ -189,6 +204,15 @@ def test_rewards_reach_the_loss(job_files) -> None:
     rewards, before, after = _one_update(constant)
     assert set(rewards) == {0.5}
     assert torch.equal(before, after)
+
+
+def test_the_update_favours_the_better_rewarded_responses(job_files) -> None:
+    live = job_config(job_files, optimizer={"lr": 1e-2})
+    *_, (batch, trained) = _update_with_batch(live)
+    untrained = load_model_folder(live.model.path).model
+    gain = _response_logprobs(trained, batch.samples) - _response_logprobs(untrained, batch.samples)
+    advantages = torch.tensor([s.advantage for s in batch.samples])
+    assert gain[advantages > 0].mean() > gain[advantages < 0].mean()
 
 
 # --- on Ray -----------------------------------------------------------------------------------
