@@ -1,4 +1,8 @@
-"""The Rollout role: the RL core's sampler on one worker, fed weights by the trainers every step.
+"""The Rollout role: a rollout engine on one worker, fed weights by the trainers every step.
+
+The engine is the run's `rollout_engine` (the project's sampler, HF `generate` or vLLM), which the
+worker keeps across role changes (`worker_engine.WorkerEngine`); without one given the role builds
+the project's sampler over the worker's model, as a standalone replica does.
 
 A replica generates every sample of the prompts the driver assigns it. Prompts are drawn from
 (seed, batch id) and each sample is seeded by (step, prompt id, sample index), so which replica
@@ -18,7 +22,7 @@ from transformers import PreTrainedModel
 from .batch import RolloutBatch, RolloutSample
 from .config import LiveConfig
 from .objective import group_advantages
-from .rl.engine import FinishReason, GenerationRequest, SamplingParams
+from .rl.engine import FinishReason, GenerationRequest, RolloutEngine, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
 from .rl.settings import ObjectiveSettings
 from .rl.task import TOKENIZER, RepeatTask
@@ -66,19 +70,33 @@ class RolloutRole:
         params: SamplingParams,
         samples_per_prompt: int,
         weights_version: int,
+        engine: RolloutEngine | None = None,
+        weights_digest: str | None = None,
     ) -> None:
+        """`engine`: the worker's running engine, holding the weights `weights_digest` names;
+        None builds the project's sampler over `model`."""
         self.worker_id = worker_id
         self.model = model
         self.task = task
         self.params = params
         self.samples_per_prompt = samples_per_prompt
-        self.engine = KVCacheSampler(model, sampler)
-        self.engine.warmup(params)
+        if engine is None:
+            sampler_engine = KVCacheSampler(model, sampler)
+            sampler_engine.warmup(params)
+            engine = sampler_engine
+        self.engine = engine
         self.weights_version = weights_version
+        self.weights_digest = weights_digest
 
-    def load_weights(self, flat: torch.Tensor, *, weights_version: int) -> None:
-        self.engine.load_weights(flat.to(self.engine.device))
+    def load_weights(
+        self, flat: torch.Tensor, *, weights_version: int, weights_digest: str | None = None
+    ) -> None:
+        """Take the weights of `weights_version` (a standalone replica loads them into its
+        sampler; a worker's replica is told the digest its engine loaded)."""
+        if isinstance(self.engine, KVCacheSampler):
+            self.engine.load_weights(flat.to(self.engine.device))
         self.weights_version = weights_version
+        self.weights_digest = weights_digest
 
     def generate(
         self, *, batch_id: int, prompt_ids: list[int], seed: int, num_prompts: int
@@ -116,6 +134,8 @@ class RolloutRole:
                     finish_s=result.finish_s,
                     generated_by_device=self.worker_id,
                     weights_version=self.weights_version,
+                    weights_digest=self.weights_digest,
+                    engine_logprobs=result.logprobs,
                 )
             )
         return RolloutReport(
