@@ -20,7 +20,7 @@ from pathlib import Path
 from dynaresize.traces.io import read_trace
 
 from .config import LiveConfig, PipelineMode
-from .records import TRACE_JSONL, read_lineage
+from .records import TRACE_JSONL, LineageRecord, read_lineage
 
 
 class LineageError(AssertionError):
@@ -71,7 +71,7 @@ def check_lineage(out_dir: str | Path, config: LiveConfig) -> LineageSummary:
         trainer_versions = {r.trainer_weights_version for r in step_rows}
         if trainer_versions != {step}:
             problems.append(f"step {step}: trainers at versions {trainer_versions}, want {step}")
-    problems += _check_digests(rows)
+    problems += digest_problems(rows)
     problems += _check_step_records(out, config)
     if problems:
         raise LineageError("; ".join(problems))
@@ -83,7 +83,7 @@ def check_lineage(out_dir: str | Path, config: LiveConfig) -> LineageSummary:
     )
 
 
-def _check_digests(rows: list) -> list[str]:
+def digest_problems(rows: list[LineageRecord]) -> list[str]:
     """Where engines report what they loaded: one digest per weights version (two replicas
     that generated with one version label but different weights show here)."""
     by_version: dict[int, set[str]] = {}
