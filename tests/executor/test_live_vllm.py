@@ -19,6 +19,7 @@ import torch
 
 from dynaresize.config import load_run_config
 from dynaresize.executor import checkpoint as ckpt
+from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import run_live
 from dynaresize.executor.lineage import check_lineage
 from dynaresize.executor.records import read_lineage
@@ -60,8 +61,10 @@ def runs(tmp_path_factory, _ray_started):
     result = invoke("run", "--mode", "live", "--config", CONFIG, "--out", resized)
     assert result.exit_code == 0, result.output
     static = tmp_path_factory.mktemp("vllm_static")
-    config = load_run_config(CONFIG, overrides={"live": {"policy": {"kind": "static"}}})
-    run_live(config, out_dir=static)
+    config = load_run_config(CONFIG)
+    assert config.live is not None
+    no_moves = {**config.live.model_dump(mode="json"), "policy": {"kind": "static"}}
+    run_live(LiveConfig.model_validate(no_moves), out_dir=static)
     return resized, static, config
 
 
@@ -74,6 +77,8 @@ def test_engines_start_and_release_as_resize_phases(runs):
         "2:1",
         "1:2",
         "1:2",
+        "2:1",
+        "2:1",
         "2:1",
     ]
     phases = trace.resizes
@@ -94,7 +99,7 @@ def test_engines_start_and_release_as_resize_phases(runs):
 def test_lineage_is_complete_and_names_the_weights_each_replica_held(runs):
     resized, _, config = runs
     summary = check_lineage(resized, config.live)
-    assert summary.num_steps == 5 and summary.devices_generating == {0, 1, 2} - {0}
+    assert summary.num_steps == 7 and summary.devices_generating == {1, 2}
     rows = read_lineage(resized)
     digests: dict[int, set] = {}
     for row in rows:

@@ -15,7 +15,13 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.calibration import FitError, fit_resize_phases
 from dynaresize.twin.calibration.phase_fit import ParamStatus
 from dynaresize.twin.costs.memory import ModelConfig
-from dynaresize.twin.costs.resize import MoveDirection, MovedShare, ResizeCostParams, StateMoved
+from dynaresize.twin.costs.resize import (
+    MoveDirection,
+    MovedShare,
+    ResizeCostParams,
+    StateMoved,
+    plan_resize,
+)
 from dynaresize.twin.simulation import simulate
 
 SCHEDULE = [
@@ -393,3 +399,21 @@ def test_a_measured_phase_the_dag_lacks_is_added_where_its_records_place_it():
     assert release.on_moves is MoveDirection.GAINING_TRAINING
     assert release.base_s == pytest.approx(1.5, rel=1e-6)
     assert any("rollout_release was measured" in n for n in result.notes)
+    # the twin's cost model reads the fitted table back and prices the phase on such moves
+    params = ResizeCostParams.model_validate(result.params.model_dump(mode="json"))
+    plans = {
+        gains: plan_resize(
+            strategy=StrategyName.OVERLAPPED,
+            model=ModelConfig(num_params_b=8.2),
+            params=params,
+            host_bandwidth_gbps=HOST_GBPS,
+            interconnect_bandwidth_gbps=LINK_GBPS,
+            starts_rollout_engines=gains,
+        )
+        for gains in (True, False)
+    }
+    seconds = {
+        gains: {p.name: p.duration_s for p in plan.phases}[PhaseName.ROLLOUT_RELEASE]
+        for gains, plan in plans.items()
+    }
+    assert seconds[False] == pytest.approx(1.5) and seconds[True] == 0.0
