@@ -48,6 +48,7 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     live = load_run_config(name).live
     assert live is not None
     out = scratch / name
+    out.mkdir(parents=True)
     load_before = os.getloadavg()
     begin = time.perf_counter()
     cluster = start(live, address=None)

@@ -54,6 +54,10 @@ def test_the_section_and_the_old_spelling():
         )
     with pytest.raises(ValidationError, match="release: sleep needs device cuda"):
         live(kind="vllm", release="sleep")
+    # a worker reads the config from its JSON: every engine's section reads back
+    for kind in EngineKind:
+        config = live(kind=kind.value)
+        assert LiveConfig.model_validate_json(config.model_dump_json()) == config
 
 
 @pytest.mark.parametrize("kind", ["own", "hf"])
