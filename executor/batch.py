@@ -30,6 +30,11 @@ class RolloutSample:
     generated_by_device: int
     weights_version: int
     advantage: float = 0.0
+    weights_digest: str | None = None
+    """Digest of the weights the generating engine held (`rl.weights_digest`), when known."""
+    engine_logprobs: tuple[float, ...] | None = None
+    """The engine's log-probability of each response token, when it reports them (the trainer
+    recomputes its own; the difference is a health figure of the step)."""
 
     @property
     def key(self) -> tuple[int, int]:
@@ -100,6 +105,9 @@ def batch_from_json(data: dict) -> RolloutBatch:
                 **s,
                 "prompt_token_ids": tuple(s["prompt_token_ids"]),
                 "response_token_ids": tuple(s["response_token_ids"]),
+                "engine_logprobs": (
+                    None if s.get("engine_logprobs") is None else tuple(s["engine_logprobs"])
+                ),
             }
         )
         for s in data["samples"]

@@ -25,6 +25,7 @@ from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from .job.config import DataConfig, RewardConfig
 from .placement_config import PlacementSettings
+from .rl.engine_config import EngineRelease, RolloutEngineConfig, read_old_rollout_engines
 from .rl.model_spec import ModelPreset, ModelSpec
 from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .rl.task import RepeatTask, RepeatTaskConfig
@@ -44,7 +45,9 @@ LIVE_PIPELINE_MODES = (PipelineMode.SYNC, PipelineMode.ONE_STEP_OFF)
 
 
 class RolloutEngines(str, Enum):
-    """When a worker builds its rollout engine (KV cache and captured decode graphs)."""
+    """The older `live.rollout_engines` values, still read as `rollout_engine.release`
+    (`on_demand` is `destroy`, `resident` is `keep`); `LiveConfig.rollout_engines` gives the
+    one a run's release policy corresponds to."""
 
     ON_DEMAND = "on_demand"
     """Built when the worker becomes a rollout replica, dropped when it becomes a trainer: no
@@ -188,10 +191,11 @@ class LiveConfig(BaseModel):
     resize_strategy: StrategyName = Field(
         default=StrategyName.HOST_SYNC, description="How a resize moves state."
     )
-    rollout_engines: RolloutEngines = Field(
-        default=RolloutEngines.ON_DEMAND,
-        description="on_demand: engines start when a worker becomes a replica; resident: every "
-        "worker builds its engine at setup and keeps it, so a resize starts none.",
+    rollout_engine: RolloutEngineConfig = Field(
+        default_factory=RolloutEngineConfig,
+        description="The rollout engine (own, hf or vllm) and what a worker does with it when "
+        "it leaves Rollout (release: destroy, keep or sleep). The older `rollout_engines: "
+        "on_demand | resident` still reads, as release destroy | keep.",
     )
     staging: StagingSettings = Field(
         default_factory=StagingSettings, description="Host staging settings for resizes."
@@ -248,7 +252,7 @@ class LiveConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _old_staging_keys(cls, data: Any) -> Any:
-        return _move_old_staging_keys(data)
+        return read_old_rollout_engines(_move_old_staging_keys(data))
 
     @field_validator("pipeline")
     @classmethod
@@ -294,6 +298,7 @@ class LiveConfig(BaseModel):
             )
         self._check_staging_path()
         self._check_job()
+        self.rollout_engine.check_device(self.device.value)
         return self
 
     def _check_job(self) -> None:
@@ -333,6 +338,14 @@ class LiveConfig(BaseModel):
             and self.num_gpus >= self.num_workers
             and self.staging.path is not StagingPath.HOST
         )
+
+    @property
+    def rollout_engines(self) -> RolloutEngines:
+        """The older name of the release policy: resident when engines are kept, else on
+        demand (destroy and sleep both start or wake the engine on a return)."""
+        if self.rollout_engine.release is EngineRelease.KEEP:
+            return RolloutEngines.RESIDENT
+        return RolloutEngines.ON_DEMAND
 
     def build_task(self) -> RepeatTask:
         return RepeatTask(self.task)

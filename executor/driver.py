@@ -58,6 +58,7 @@ from .job.reward import RewardFunctionError
 from .placement import check_address, node_notes
 from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
+from .rl.engine_config import require_engine_installed
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime
@@ -84,6 +85,7 @@ from .step_records import (
 from .strategies.catalog import build_strategy
 from .trainer import TrainReport
 from .worker import LiveWorker
+from .worker_engine import check_sync_digests
 from .worker_setup import SetupReport, set_up_workers
 
 FAULT_FILE = "fault.json"
@@ -160,6 +162,7 @@ def run_live(
         raise FileNotFoundError(costs)
     if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
         raise FileNotFoundError(live.replay_batches_from)
+    require_engine_installed(live.rollout_engine, field="live.rollout_engine")
     if address is None:
         check_local_devices(live)
         note = sweep_left_staging()
@@ -359,6 +362,7 @@ class LiveSession:
     def close(self, *, quiet: bool = False) -> None:
         """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
         not raised over the error that ended the run; the JSONL records stay either way."""
+        self._close_engines(quiet=quiet)
         if self.recorder is None:
             return
         try:
@@ -374,6 +378,16 @@ class LiveSession:
         rt = self.runtime
         self.strategy.release(rt)
         rt.call(rt.all_ids, LiveWorker.leave_world).wait("leaving the world group")
+
+    def _close_engines(self, *, quiet: bool) -> None:
+        """End every worker's rollout engine (an engine process and its model folder) before
+        the actors go; after a failure, workers that cannot answer are skipped."""
+        rt = self.runtime
+        try:
+            rt.call(rt.all_ids, LiveWorker.close_rollout_engine).wait("closing rollout engines")
+        except Exception:
+            if not quiet:
+                raise
 
     # --- one step ------------------------------------------------------------------------
 
@@ -397,9 +411,10 @@ class LiveSession:
             next_batch = self._collect_rollout(step + 1, generating)
         sync_start = rt.clock()
         rt.weights_version += 1
-        rt.call(
+        synced = rt.call(
             rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
         ).wait("syncing weights")
+        check_sync_digests(synced, weights_version=rt.weights_version)
         end_s = rt.clock()
         clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
         self._record_step(step, batch, reports, clock, concurrent=next_batch)
@@ -574,6 +589,8 @@ class LiveSession:
                 f"device={self.live.device.value}",
                 f"strategy={self.live.resize_strategy.value}",
                 f"rollout_engines={self.live.rollout_engines.value}",
+                f"rollout_engine={self.live.rollout_engine.kind.value}",
+                f"rollout_engine_release={self.live.rollout_engine.release.value}",
                 f"staging_path={self.live.staging.path.value}",
                 *node_notes(setup.worker_infos),
                 *self.cluster_notes,

@@ -43,6 +43,11 @@ class LineageRecord(BaseModel):
     generated_weights_version: int = Field(
         ge=0, description="Weights version of the rollout replica that generated it."
     )
+    generated_weights_digest: str | None = Field(
+        default=None,
+        description="Digest of the weights the generating engine loaded (`rl.weights_digest`); "
+        "None in records written before engines reported it.",
+    )
     generated_by_device: int = Field(ge=0, description="Worker id that generated it.")
     consumed_by_device: int = Field(
         ge=0, description="Worker id of the trainer that trained on it."

@@ -1,4 +1,8 @@
-"""The Rollout role: the RL core's sampler on one worker, fed weights by the trainers every step.
+"""The Rollout role: a rollout engine on one worker, fed weights by the trainers every step.
+
+The engine is the run's `rollout_engine` (the project's sampler, HF `generate` or vLLM), which the
+worker keeps across role changes (`worker_engine.WorkerEngine`); without one given the role builds
+the project's sampler over the worker's model, as a standalone replica does.
 
 A replica generates every sample of the prompts the driver sends it (`PromptItem`s drawn by the
 driver's prompt source: the repeat task, or a dataset) and scores each with the job's scorer.
@@ -22,7 +26,7 @@ from .job.live_job import RolloutShape, rollout_shape
 from .job.prompt_source import PromptItem
 from .job.scoring import SampleScorer
 from .objective import group_advantages
-from .rl.engine import FinishReason, GenerationRequest, SamplingParams
+from .rl.engine import FinishReason, GenerationRequest, RolloutEngine, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
 from .rl.settings import ObjectiveSettings
 
@@ -71,19 +75,33 @@ class RolloutRole:
         params: SamplingParams,
         samples_per_prompt: int,
         weights_version: int,
+        engine: RolloutEngine | None = None,
+        weights_digest: str | None = None,
     ) -> None:
+        """`engine`: the worker's running engine, holding the weights `weights_digest` names;
+        None builds the project's sampler over `model`."""
         self.worker_id = worker_id
         self.model = model
         self.scorer = scorer
         self.params = params
         self.samples_per_prompt = samples_per_prompt
-        self.engine = KVCacheSampler(model, sampler)
-        self.engine.warmup(params)
+        if engine is None:
+            sampler_engine = KVCacheSampler(model, sampler)
+            sampler_engine.warmup(params)
+            engine = sampler_engine
+        self.engine = engine
         self.weights_version = weights_version
+        self.weights_digest = weights_digest
 
-    def load_weights(self, flat: torch.Tensor, *, weights_version: int) -> None:
-        self.engine.load_weights(flat.to(self.engine.device))
+    def load_weights(
+        self, flat: torch.Tensor, *, weights_version: int, weights_digest: str | None = None
+    ) -> None:
+        """Take the weights of `weights_version` (a standalone replica loads them into its
+        sampler; a worker's replica is told the digest its engine loaded)."""
+        if isinstance(self.engine, KVCacheSampler):
+            self.engine.load_weights(flat.to(self.engine.device))
         self.weights_version = weights_version
+        self.weights_digest = weights_digest
 
     def generate(self, *, batch_id: int, items: list[PromptItem]) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
@@ -118,6 +136,8 @@ class RolloutRole:
                     finish_s=result.finish_s,
                     generated_by_device=self.worker_id,
                     weights_version=self.weights_version,
+                    weights_digest=self.weights_digest,
+                    engine_logprobs=result.logprobs,
                 )
             )
         return RolloutReport(

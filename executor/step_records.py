@@ -30,6 +30,7 @@ from dynaresize.traces.schema import (
 from dynaresize.traces.transfers import TransferRecord, to_extra
 
 from .batch import RolloutBatch
+from .objective import LogprobGap
 from .records import LineageRecord
 from .resize import PhaseTiming
 from .roles import RoleMap
@@ -69,6 +70,7 @@ def step_record(
         busy_rollout = batch.rollout_s
     lengths = batch.response_lengths()
     step_s, sync_s = clock.step_s, clock.sync_s
+    gap = sum((r.logprob_gap for r in reports.values()), LogprobGap())
     return StepRecord(
         step=step,
         start_s=clock.start_s,
@@ -91,6 +93,7 @@ def step_record(
         response_len_p50=float(np.percentile(lengths, 50)),
         response_len_p99=float(np.percentile(lengths, 99)),
         response_len_max=float(lengths.max()),
+        engine_logprob_abs_diff_mean=gap.mean,
     )
 
 
@@ -122,6 +125,7 @@ def lineage_records(
                 prompt_id=key[0],
                 sample_index=key[1],
                 generated_weights_version=sample.weights_version,
+                generated_weights_digest=sample.weights_digest,
                 generated_by_device=sample.generated_by_device,
                 consumed_by_device=report.worker_id,
                 trainer_weights_version=report.weights_version,

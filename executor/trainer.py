@@ -14,14 +14,14 @@ NCCL cannot join two ranks on the same device.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from .batch import RolloutSample
 from .deferred_optimizer import DeferredOptimizerState
-from .objective import microbatch_loss
+from .objective import LogprobGap, microbatch_loss_and_gap
 from .rl.model import load_flat_parameters
 from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
@@ -40,6 +40,8 @@ class TrainReport:
     grad_norm: float
     consumed: tuple[tuple[int, int], ...]
     """(prompt_id, sample_index) of every sample this trainer trained on."""
+    logprob_gap: LogprobGap = field(default_factory=LogprobGap)
+    """Engine-reported vs recomputed logprobs of its samples (a health figure)."""
 
 
 def flat_numel(model: torch.nn.Module) -> int:
@@ -166,9 +168,10 @@ class TrainerRole:
         self.model.train()
         self.model.zero_grad(set_to_none=True)
         loss_sum = 0.0
+        gap = LogprobGap()
         for first in range(0, len(samples), self.micro_batch_samples):
             micro = samples[first : first + self.micro_batch_samples]
-            loss = microbatch_loss(
+            loss, micro_gap = microbatch_loss_and_gap(
                 self.model,
                 micro,
                 device=self.device,
@@ -177,6 +180,7 @@ class TrainerRole:
             )
             loss.backward()
             loss_sum += float(loss.detach())
+            gap = gap + micro_gap
         grad = flat_gradient(self.model)
         self.model.zero_grad(set_to_none=True)
         if self.layout.num_ranks > 1:
@@ -199,6 +203,7 @@ class TrainerRole:
             loss_sum=loss_sum,
             grad_norm=grad_norm,
             consumed=tuple(s.key for s in samples),
+            logprob_gap=gap,
         )
 
     def gather_master(self) -> torch.Tensor:

@@ -25,10 +25,10 @@ from dynaresize.traces.phases import Role
 
 from .batch import RolloutSample
 from .cluster import free_port
-from .config import RolloutEngines
 from .job.live_job import replica_scorer, rollout_shape
 from .job.prompt_source import PromptItem
 from .rl.model import build_model, load_flat_parameters
+from .rl.weights_digest import weights_digest
 from .roles import RoleMap
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState, recut
@@ -62,6 +62,7 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             ),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "rollout_engines_built": self.rollout_engines_built,
+            "rollout_engine_starts": self.engine.start_timings,
         }
 
     def rendezvous_port(self) -> int:
@@ -123,20 +124,18 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         return time.perf_counter() - start
 
     def set_role(self, role: Role, *, weights_version: int) -> float:
-        """Switch to `role` in-process; a trainer's state comes with load_* calls after this."""
+        """Switch to `role` in-process; a trainer's state comes with load_* calls after this.
+        A replica that leaves releases its engine here unless `release_rollout_engine` did."""
         start = time.perf_counter()
         if role is self.role:
             return 0.0
-        if self.rollout is not None and self._keeps_engines:
-            self._parked_rollout = self.rollout
+        if self.rollout is not None:
+            self.engine.release()
         self.trainer = None
         self.rollout = None
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-        if role is Role.ROLLOUT and self._parked_rollout is not None:
-            self.rollout, self._parked_rollout = self._parked_rollout, None
-            self.rollout.weights_version = weights_version
-        elif role is Role.TRAIN:
+        if role is Role.TRAIN:
             self.trainer = TrainerRole(
                 worker_id=self.worker_id,
                 model=self.model,
@@ -150,21 +149,24 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         self.role = role
         return time.perf_counter() - start
 
-    @property
-    def _keeps_engines(self) -> bool:
-        return self.config.rollout_engines is RolloutEngines.RESIDENT
+    def release_rollout_engine(self) -> float:
+        """A replica about to leave Rollout releases its engine (destroy, sleep or keep, as
+        configured): the `rollout_release` phase. Seconds taken; 0 on a worker that is no
+        replica."""
+        return self.engine.release() if self.rollout is not None else 0.0
+
+    def close_rollout_engine(self) -> None:
+        """End the engine and its process (end of the run, or before the actor is killed)."""
+        self.engine.close()
 
     def prebuild_rollout_engine(self) -> float:
-        """Resident engines: a trainer builds the engine it will use as a replica now, at setup,
-        so that no resize has to start one. Seconds taken (0 where one is held already)."""
-        if not self._keeps_engines or self.rollout is not None or self._parked_rollout is not None:
-            return 0.0
-        start = time.perf_counter()
-        self._parked_rollout = self._build_rollout_role(weights_version=0)
-        return time.perf_counter() - start
+        """Resident engines (`release: keep`): a trainer builds the engine it will use as a
+        replica now, at setup, so that no resize has to start one. Seconds taken (0 where one is
+        held already)."""
+        return self.engine.prebuild(self.model)
 
     def _build_rollout_role(self, weights_version: int) -> RolloutRole:
-        self.rollout_engines_built += 1
+        engine, digest = self.engine.acquire(self.model)
         shape = rollout_shape(self.config)
         return RolloutRole(
             worker_id=self.worker_id,
@@ -174,6 +176,8 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             params=sampling_params(self.config, shape),
             samples_per_prompt=self.config.samples_per_prompt,
             weights_version=weights_version,
+            engine=engine,
+            weights_digest=digest,
         )
 
     def bind_trainer_rank(self) -> None:
@@ -251,10 +255,12 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         """Generate and score the driver's prompts of batch `batch_id`."""
         return self._rollout().generate(batch_id=batch_id, items=items)
 
-    def sync_weights(self, *, weights_version: int) -> dict[str, float]:
+    def sync_weights(self, *, weights_version: int) -> dict[str, Any]:
         """Broadcast the model from the first trainer to every rollout replica (sync group).
 
-        The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged.
+        The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged. Each side
+        reports the digest of the weights: the source of what it sent, a replica of what its
+        engine loaded (the driver checks that they agree).
         """
         start = time.perf_counter()
         source = self._role_map().trainer_ids[0]
@@ -265,9 +271,16 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             flat = torch.empty(flat_numel(self.model), dtype=dtype)
         payload = flat.view(torch.uint8)
         dist.broadcast(payload, src=source, group=self.sync_group)
+        digest = weights_digest(flat) if self.worker_id == source else None
         if self.rollout is not None:
-            self.rollout.load_weights(flat, weights_version=weights_version)
-        return {"bytes": payload.numel(), "s": time.perf_counter() - start}
+            digest = self.engine.load(self.model, flat)
+            self.rollout.load_weights(flat, weights_version=weights_version, weights_digest=digest)
+        return {
+            "bytes": payload.numel(),
+            "s": time.perf_counter() - start,
+            "digest": digest,
+            "source": self.worker_id == source,
+        }
 
     def flat_weights(self) -> torch.Tensor:
         """The model's weights as one host vector (tests compare runs with it)."""

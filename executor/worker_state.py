@@ -17,8 +17,9 @@ from dynaresize.traces.phases import Role
 
 from .config import DeviceKind, LiveConfig
 from .roles import RoleMap
-from .rollout import RolloutRole
+from .rollout import RolloutRole, sampling_params
 from .trainer import TrainerRole
+from .worker_engine import WorkerEngine
 
 
 class WorkerState:
@@ -33,9 +34,10 @@ class WorkerState:
         self.role: Role | None = None
         self.trainer: TrainerRole | None = None
         self.rollout: RolloutRole | None = None
-        self._parked_rollout: RolloutRole | None = None
-        """A resident engine kept while the worker trains (`rollout_engines: resident`)."""
-        self.rollout_engines_built = 0
+        self.engine = WorkerEngine(
+            self.config, worker_id=worker_id, params=sampling_params(self.config)
+        )
+        """The rollout engine, which outlives the Rollout role (`rollout_engine.release`)."""
         self.roles: RoleMap | None = None
         self.train_group: dist.ProcessGroup | None = None
         self.sync_group: dist.ProcessGroup | None = None
@@ -51,6 +53,11 @@ class WorkerState:
         device = torch.device("cuda", 0)  # Ray sets CUDA_VISIBLE_DEVICES to the bundle's GPU
         torch.cuda.set_device(device)
         return device
+
+    @property
+    def rollout_engines_built(self) -> int:
+        """Engine starts, rebuilds and wakes so far."""
+        return self.engine.starts
 
     @property
     def model(self) -> PreTrainedModel:

@@ -6,11 +6,30 @@ from __future__ import annotations
 import pytest
 
 
+def _owner_only_token() -> None:
+    """Ray writes its token file readable by everyone, which the live runs of later tests
+    refuse; create it first, owner-only, as a live run does."""
+    from dynaresize.executor.cluster import token_path, write_token
+
+    write_token(token_path())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ray_token_owner_only():
+    """Whichever test starts Ray first, its token file is owner-only from the start."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return
+    _owner_only_token()
+
+
 @pytest.fixture(scope="session")
 def _ray_started():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
+        _owner_only_token()
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     yield
     if started and ray.is_initialized():
@@ -23,6 +42,7 @@ def ray_session(_ray_started):
     import ray
 
     if not ray.is_initialized():
+        _owner_only_token()
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     return ray
 

@@ -33,6 +33,9 @@ class PhaseName(str, Enum):
     """Optimizer state reaches its new shards; deferred past the boundary when overlapped."""
     ROLLOUT_DRAIN = "rollout_drain"
     """Async pipelines only: in-flight samples on leaving rollout GPUs are finished or aborted."""
+    ROLLOUT_RELEASE = "rollout_release"
+    """Replicas that leave Rollout release their engine (destroyed, put to sleep, or kept, as
+    the run's `rollout_engine.release` says). Optional: traces without it stay valid."""
 
 
 class PipelineMode(str, Enum):

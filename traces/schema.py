@@ -64,6 +64,18 @@ class StepRecord(_Record):
     response_len_p50: float = Field(ge=0, description="Median response length (tokens).")
     response_len_p99: float = Field(ge=0, description="99th percentile response length (tokens).")
     response_len_max: float = Field(ge=0, description="Longest response (tokens).")
+    engine_logprob_abs_diff_mean: float | None = Field(
+        default=None,
+        ge=0,
+        description="Mean absolute difference between the logprobs the rollout engine reported "
+        "and those the trainer recomputed, per response token (nats); None if not reported.",
+    )
+
+    @field_validator("engine_logprob_abs_diff_mean", mode="before")
+    @classmethod
+    def _missing_is_none(cls, value: object) -> object:
+        """A table's missing value (NaN) reads as not reported."""
+        return None if isinstance(value, float) and math.isnan(value) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> StepRecord:

@@ -225,6 +225,7 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     cols["idle_rollout_gpu_s"] = np.maximum(step_s - busy_rollout, 0.0) * steps["rollout_gpus"]
     cols["resize_id"] = _nullable_ints(list(steps["resize_id"]))
     cols["schema_version"] = np.full(len(lo), SCHEMA_VERSION)
+    cols["engine_logprob_abs_diff_mean"] = np.full(len(lo), np.nan)  # no engine
     index = np.asarray(steps["step"])
     for column in stats.columns:
         cols[column] = stats[column].to_numpy()[index]

@@ -149,7 +149,7 @@ class RolloutEngineConfig(BaseModel):
             )
         if self.release is EngineRelease.SLEEP and self.kind is not EngineKind.VLLM:
             raise ValueError(f"release: sleep is vLLM's; the {self.kind.value} engine has none")
-        if "vllm" in self.model_fields_set and self.kind is not EngineKind.VLLM:
+        if self.vllm != VLLMSettings() and self.kind is not EngineKind.VLLM:
             raise ValueError(f"vllm: settings given, but kind is {self.kind.value}")
         return self
 

@@ -264,9 +264,34 @@ def write_engine_model_folder(model: PreTrainedModel, scratch_dir: Path) -> Path
     final = scratch_dir / f"engine-model-{os.getpid()}-{next(_folder_numbers)}"
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=scratch_dir))
     try:
-        model.save_pretrained(staging)
+        save_model_folder(model, staging)
         os.replace(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def save_model_folder(model: PreTrainedModel, folder: Path) -> None:
+    """The model's config and weights (one safetensors file) in `folder`, as `save_pretrained`
+    lays them out, written whatever process calls it.
+
+    Not `save_pretrained` itself: from transformers 5 on it writes nothing in a process whose
+    torch.distributed rank is not 0, and a live worker is a rank of the training world. Tied
+    tensors (input and output embeddings) are written once, under their first name in the state
+    dict, which is the name the model's loaders read (vLLM drops the output projection of a
+    tied model)."""
+    from safetensors.torch import save_file
+
+    model.config.save_pretrained(folder)
+    generation = getattr(model, "generation_config", None)
+    if generation is not None:
+        generation.save_pretrained(folder)
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:
+            continue
+        seen.add(tensor.data_ptr())
+        tensors[name] = tensor.detach().to("cpu").contiguous()
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})

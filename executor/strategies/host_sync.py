@@ -3,8 +3,11 @@
 Every phase on the critical path, state through host memory (the Ray object store), roles
 switched in-process on the same actors:
 1. state_export      every old trainer copies its ZeRO-1 slice (fp32 master, AdamW moments) to host;
+   rollout_release   replicas that leave Rollout release their engine (`rollout_engine.release`:
+                     destroy, sleep or keep); next to nothing on moves that add replicas;
 2. worker_reinit     workers that become trainers switch role (the model object is kept);
-3. rollout_reinit    workers that become rollout replicas build their engine (KV cache);
+3. rollout_reinit    workers that become rollout replicas start, rebuild or wake their engine
+                     and load the current weights into it;
 4. comm_prewarm      the trainer group and the weight-sync group of the new split are built
                      and warmed with a small collective (on every worker: world collective);
 5. weight_restore    each new trainer re-cuts its master slice from the old slices and the model
@@ -49,17 +52,22 @@ def switch_roles_and_bind(
     bind: Callable[..., object],
     bind_doing: str,
 ) -> None:
-    """The role switch shared by the in-process strategies, as three timed phases.
+    """The role switch shared by the in-process strategies, as timed phases.
 
-    Arriving trainers and new rollout replicas switch role on the same actors, then every worker
-    binds the target split's groups through the worker method `bind` (built now, or cached and
-    prewarmed)
-    and the trainers take their new ranks; `runtime.roles` becomes `target`.
+    Leaving replicas release their engines (`rollout_release`), arriving trainers and new
+    rollout replicas switch role on the same actors, then every worker binds the target split's
+    groups through the worker method `bind` (built now, or cached and prewarmed) and the
+    trainers take their new ranks; `runtime.roles` becomes `target`.
     """
     old = runtime.roles
     version = runtime.weights_version
     new_trainers = target.arriving_trainers(old)
     new_replicas = tuple(w for w in target.rollout_ids if w not in old.rollout_ids)
+    leaving_replicas = tuple(w for w in old.rollout_ids if w not in target.rollout_ids)
+    with log.phase(PhaseName.ROLLOUT_RELEASE):
+        runtime.call(leaving_replicas, LiveWorker.release_rollout_engine).wait(
+            "releasing rollout engines"
+        )
     with log.phase(PhaseName.WORKER_REINIT):
         runtime.call(
             new_trainers, LiveWorker.set_role, role=Role.TRAIN, weights_version=version

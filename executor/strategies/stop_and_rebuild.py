@@ -60,6 +60,12 @@ class StopAndRebuildStrategy(ResizeStrategy):
                 ).wait("writing the checkpoint")
                 extra["bytes_moved"] = int(sum(r["bytes"] for r in saved.values()))
 
+            with log.phase(PhaseName.ROLLOUT_RELEASE):
+                # every engine ends with its actor: close them (and their processes) first
+                runtime.call(runtime.all_ids, LiveWorker.close_rollout_engine).wait(
+                    "closing rollout engines"
+                )
+
             with log.phase(PhaseName.WORKER_REINIT):
                 for actor in runtime.workers:
                     ray.kill(actor, no_restart=True)

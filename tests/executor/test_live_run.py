@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 SCHEDULE = "1@3:1;3@1:3"
 HOST_SYNC_PHASES = {
     PhaseName.STATE_EXPORT,
+    PhaseName.ROLLOUT_RELEASE,
     PhaseName.WORKER_REINIT,
     PhaseName.ROLLOUT_REINIT,
     PhaseName.COMM_PREWARM,

@@ -15,7 +15,13 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.calibration import FitError, fit_resize_phases
 from dynaresize.twin.calibration.phase_fit import ParamStatus
 from dynaresize.twin.costs.memory import ModelConfig
-from dynaresize.twin.costs.resize import MoveDirection, MovedShare, ResizeCostParams, StateMoved
+from dynaresize.twin.costs.resize import (
+    MoveDirection,
+    MovedShare,
+    ResizeCostParams,
+    StateMoved,
+    plan_resize,
+)
 from dynaresize.twin.simulation import simulate
 
 SCHEDULE = [
@@ -363,3 +369,51 @@ def test_a_background_phase_holding_the_pipeline_a_moment_counts_as_coordination
     assert result.params.overlapped[PhaseName.OPTIMIZER_RESTORE].critical is False
     assert result.params.coordination_s == pytest.approx(0.7, rel=1e-6)
     np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
+
+
+def test_a_measured_phase_the_dag_lacks_is_added_where_its_records_place_it():
+    """rollout_release (a live run's engine release) is in no configured table: records of it on
+    the critical path, after worker_reinit, costing time only on moves gaining training, make
+    it a fitted phase there."""
+    rng = np.random.default_rng(9)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0) for s in (2.0, 8.2)]
+    for t in traces:
+        r = t.resizes
+        rows = []
+        for _, group in r.groupby("resize_id"):
+            after = group[group["phase"] == PhaseName.WORKER_REINIT.value].iloc[0]
+            row = after.copy()
+            gaining_training = int(after.to_allocation.split(":")[0]) > int(
+                after.from_allocation.split(":")[0]
+            )
+            row["phase"] = PhaseName.ROLLOUT_RELEASE.value
+            row["start_s"] = after.end_s
+            row["end_s"] = after.end_s + (1.5 if gaining_training else 0.0)
+            row["bytes_moved"] = 0
+            rows.append(row)
+        t.resizes = pd.concat([r, pd.DataFrame(rows)], ignore_index=True)
+    assert ResizeCostParams().overlapped.get(PhaseName.ROLLOUT_RELEASE) is None
+    result = fit(traces)
+    release = result.params.overlapped[PhaseName.ROLLOUT_RELEASE]
+    assert release.critical and release.depends_on == [PhaseName.WORKER_REINIT]
+    assert release.on_moves is MoveDirection.GAINING_TRAINING
+    assert release.base_s == pytest.approx(1.5, rel=1e-6)
+    assert any("rollout_release was measured" in n for n in result.notes)
+    # the twin's cost model reads the fitted table back and prices the phase on such moves
+    params = ResizeCostParams.model_validate(result.params.model_dump(mode="json"))
+    plans = {
+        gains: plan_resize(
+            strategy=StrategyName.OVERLAPPED,
+            model=ModelConfig(num_params_b=8.2),
+            params=params,
+            host_bandwidth_gbps=HOST_GBPS,
+            interconnect_bandwidth_gbps=LINK_GBPS,
+            starts_rollout_engines=gains,
+        )
+        for gains in (True, False)
+    }
+    seconds = {
+        gains: {p.name: p.duration_s for p in plan.phases}[PhaseName.ROLLOUT_RELEASE]
+        for gains, plan in plans.items()
+    }
+    assert seconds[False] == pytest.approx(1.5) and seconds[True] == 0.0

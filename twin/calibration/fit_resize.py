@@ -31,7 +31,7 @@ from dynaresize.traces.phases import PhaseName, StrategyName
 
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
-from ..costs.resize import Link, ResizeCostParams, plan_resize, runs_on_move
+from ..costs.resize import Link, PhaseCostParams, ResizeCostParams, plan_resize, runs_on_move
 from .fit_paths import fit_path_bandwidths, same_node_durations, transfer_records
 from .phase_fit import ParamStatus, PhaseFit, fit_one_phase
 from .resize_measure import critical_phase_spans, measured_critical_paths
@@ -154,11 +154,14 @@ def fit_resize_phases(
             continue
         prior = updated[strategy].get(phase)
         if prior is None:
+            # A phase the configured DAG lacks (an optional one, such as rollout_release): it
+            # joins the DAG where its records place it and is fitted like the others.
+            prior = PhaseCostParams(base_s=0.0, critical=False)
+            updated[strategy][phase] = prior
             notes.append(
                 f"{strategy.value}.{phase.value} was measured ({len(group)} records) but the "
-                "configured DAG has no such phase: not fitted"
+                "configured DAG has no such phase: added where its records place it"
             )
-            continue
         # A phase that runs on moves of one direction only is fitted on those moves.
         gains = gains_rollout(group)
         group = group[[runs_on_move(prior, gains_rollout=bool(g)) for g in gains]]
