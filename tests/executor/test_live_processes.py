@@ -210,6 +210,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     stopped = time.monotonic()
     _, err = run.communicate(timeout_s=EXIT_BOUND_S + 30)
     took_s = time.monotonic() - stopped
+    print(f"Ctrl-C: exit {run.process.returncode} {took_s:.1f} s after the signal")
     assert run.process.returncode == INTERRUPTED_EXIT_CODE, err
     assert took_s < EXIT_BOUND_S, took_s
     lines = [line for line in err.splitlines() if line.startswith("interrupted:")]
@@ -242,9 +243,13 @@ def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
     run.note_processes()
     assert run.staging(), "the run holds staging pools while it runs"
     os.kill(run.process.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
     run.communicate()
     deadline = time.monotonic() + KILLED_DRIVER_BOUND_S
     while (run.alive() or run.staging()) and time.monotonic() < deadline:
         time.sleep(0.5)
+    print(
+        f"killed driver: {len(run.alive())} processes left {time.monotonic() - killed_at:.1f} s on"
+    )
     assert run.alive() == []
     assert run.staging() == []
