@@ -232,6 +232,9 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     assert not (run.out / "fault.json").exists()
     trace = read_trace(run.out / "trace")
     assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
+    prewarm = trace.resizes[trace.resizes["phase"] == "comm_prewarm"]
+    assert list(prewarm["comm_cache_hits"]) == [2]  # both groups of 1:2 came from the cache
+    assert list(prewarm["comm_groups_built"]) == [0]
     oversubscribed = [n for n in trace.meta.notes if n.startswith("oversubscribed:")]
     assert bool(oversubscribed) is ((os.cpu_count() or 1) < 3), trace.meta.notes
 
