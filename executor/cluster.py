@@ -283,9 +283,9 @@ def start(config: LiveConfig, *, address: str | None) -> Cluster:
     try:
         group = reserve(config)
         note = oversubscription(config, address=address)
-    except Exception:
+    except BaseException:  # Ctrl-C while waiting for the bundles too
         if started:
-            ray.shutdown()
+            bounded(ray.shutdown, what="stopping Ray")
         raise
     if note is not None:
         print(f"warning: {note}; its timings include contention", file=sys.stderr)

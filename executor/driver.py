@@ -40,8 +40,7 @@ from dynaresize.twin.config import ScenarioConfig
 
 from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
-from .cluster import Cluster
-from .cluster import start as start_cluster
+from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
@@ -171,7 +170,7 @@ def run_live(
     check_address(address)
     guard = Guard.start()  # kills what this run starts if the driver dies without cleaning up
     try:
-        cluster = start_cluster(live, address=address)  # cannot hold the run: nothing written
+        cluster = start(live, address=address)  # cannot hold the run: nothing written
     except BaseException:
         guard.done()
         raise

@@ -96,6 +96,8 @@ class Runtime:
     rendezvous_file: str | None = None
     """A file for the world group's rendezvous when every worker is on the driver's machine
     (no TCP store listening anywhere); None: a TCP store at the first worker's address."""
+    worlds_formed: int = 0
+    """World groups formed so far (stop_and_rebuild forms a new one at every resize)."""
 
     def clock(self) -> float:
         """Seconds since the run started (the records' time base)."""
@@ -185,7 +187,8 @@ class Runtime:
         """Every worker joins one new world process group: through `rendezvous_file` when set
         (one machine: nothing listens), else at a free port of worker 0 on `master_addr`."""
         if self.rendezvous_file is not None:
-            init_method = f"file://{self.rendezvous_file}"
+            self.worlds_formed += 1  # a new file per world: a dead world's file may remain
+            init_method = f"file://{self.rendezvous_file}-{self.worlds_formed}"
         else:
             port = self.call([0], LiveWorker.rendezvous_port).wait("finding a rendezvous port")[0]
             init_method = f"tcp://{master_addr}:{port}"

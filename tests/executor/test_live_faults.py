@@ -1,5 +1,7 @@
-"""Faults: a worker SIGKILLed mid-run is reported (worker, role, step), the run stops with its
-records and last checkpoint intact, and `resume` finishes it with no batch lost or repeated."""
+"""Faults: a worker SIGKILLed mid-run is reported (worker, role, step, phase), the run stops
+within `EXIT_BOUND_S` with its records and last checkpoint intact and none of its staging left,
+and `resume` finishes it with no batch lost or repeated. Kills: during a step, during a resize's
+state move, while a checkpoint is written."""
 
 from __future__ import annotations
 
@@ -8,14 +10,21 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from dynaresize.executor import checkpoint
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import FAULT_FILE, WORKERS_FILE, run_live
 from dynaresize.executor.lineage import check_lineage
+from dynaresize.executor.resize import PhaseLog
 from dynaresize.executor.runtime import WorkerLostError
+from dynaresize.executor.shutdown import EXIT_BOUND_S
+from dynaresize.executor.staging.ring import POOL_PREFIX, staging_entries
 from dynaresize.traces.io import read_trace
+from dynaresize.traces.phases import PhaseName
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 
@@ -79,6 +88,8 @@ def test_a_killed_worker_stops_the_run_cleanly_and_resume_completes_it(
     assert error.step >= KILL_AFTER_STEP
     fault = json.loads((out / FAULT_FILE).read_text())
     assert fault["worker_id"] == 0 and fault["role"] == "train" and fault["step"] == error.step
+    assert fault["phase"] == error.phase == "step"
+    assert _staging_of({int(i["pid"]) for i in json.loads((out / WORKERS_FILE).read_text())}) == []
     # the step in flight is the one the last checkpoint resumes at, and every step before it is
     # recorded (and converted to Parquet) exactly once
     assert _checkpointed_step(out) == error.step
@@ -92,3 +103,69 @@ def test_a_killed_worker_stops_the_run_cleanly_and_resume_completes_it(
     summary = check_lineage(out, config)
     assert summary.num_samples == config.num_steps * config.samples_per_step
     assert not (out / FAULT_FILE).exists()
+
+
+def _staging_of(pids: set[int]) -> list[str]:
+    """Staging segments, pipes and grants on this machine owned by one of `pids`."""
+    owned = []
+    for path in staging_entries():
+        name = Path(path).name[len(POOL_PREFIX) :]
+        if int(name.split("-", 1)[0]) in pids:
+            owned.append(path)
+    return owned
+
+
+@pytest.mark.parametrize("where", ["resize", "checkpoint"])
+def test_a_worker_killed_in_a_resize_or_a_checkpoint_write_stops_the_run_within_the_bound(
+    ray_session, tmp_path, monkeypatch, where
+) -> None:
+    """The overlapped strategy's staging waits up to 300 s for a peer: the driver must not."""
+    fields = fault_config().model_dump(mode="json", exclude_unset=True)
+    config = LiveConfig.model_validate(fields | {"num_steps": 3, "resize_strategy": "overlapped"})
+    out = tmp_path / "run"
+    killed: dict = {}
+
+    def kill(worker_id: int) -> None:
+        if not killed:
+            infos = json.loads((out / WORKERS_FILE).read_text())
+            killed["pids"] = {int(i["pid"]) for i in infos}
+            os.kill(infos[worker_id]["pid"], signal.SIGKILL)
+            killed["at"] = time.monotonic()
+
+    if where == "resize":
+        original_phase = PhaseLog.phase
+
+        @contextmanager
+        def phase(self, name, **kwargs):
+            # worker 1 leaves Training (2:1 -> 1:2) and is about to send its slices
+            if name is PhaseName.WEIGHT_RESTORE:
+                kill(1)
+            with original_phase(self, name, **kwargs) as extra:
+                yield extra
+
+        monkeypatch.setattr(PhaseLog, "phase", phase)
+        expected = (1, "rollout", {"resize"})  # the role map of the resize's target is in force
+    else:
+        original_save = checkpoint.save
+        saves: list[int] = []
+
+        def save(*args, **kwargs):
+            saves.append(1)
+            if len(saves) == 2:  # the rollout replica, while the second checkpoint is written
+                kill(2)
+            return original_save(*args, **kwargs)
+
+        monkeypatch.setattr(checkpoint, "save", save)
+        expected = (2, "rollout", {"checkpoint", "step"})
+    with pytest.raises(WorkerLostError) as caught:
+        run_live(config, out_dir=out)
+    took_s = time.monotonic() - killed["at"]
+    print(f"killed during {where}: run_live raised {took_s:.1f} s after the kill")
+    assert took_s < EXIT_BOUND_S, took_s
+    error = caught.value
+    worker_id, role, phases = expected
+    assert (error.worker_id, error.role) == (worker_id, role) and error.phase in phases
+    fault = json.loads((out / FAULT_FILE).read_text())
+    assert fault["kind"] == "worker_lost" and fault["worker_id"] == worker_id
+    assert fault["phase"] == error.phase and fault["step"] == error.step
+    assert _staging_of(killed["pids"]) == []

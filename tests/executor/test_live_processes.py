@@ -1,16 +1,17 @@
 """A live run's processes from the outside, through the command line as a user runs it.
 
-Three runs of a 3-worker, 30-step tiny job, each in a session of its own (as a shell starts a
+Runs of a 3-worker, 30-step tiny job, each in a session of its own (as a shell starts a
 job), with private staging folders so that the counts are the run's own:
 - Ctrl-C (SIGINT to the run's process group) after the first checkpoint: while it runs, every
   listener of its processes is on loopback except Ray's own gRPC servers (one per Ray process,
   two for the raylet, the autoscaler's metrics); after the signal it exits 130 within the bound
   with one line naming the records, the checkpoint and the resume command, `fault.json` says
   where it stopped, and no process, staging segment or pipe is left;
-- `--resume` of that run ends cleanly and leaves nothing either;
+- `--resume` of that run ends cleanly, leaves nothing either, and ends with trainer state bit
+  for bit equal to that of a run never interrupted (a third run);
 - a SIGKILLed driver: every process it started is gone within seconds (the watchdog), and so
   is its staging.
-Budget: about 100 s on 2 cores (most of it three Ray starts).
+Budget: about 120 s on 2 idle cores (most of it four Ray starts).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
+from dynaresize.executor import checkpoint
 from dynaresize.executor.shutdown import EXIT_BOUND_S, INTERRUPTED_EXIT_CODE
 from dynaresize.traces.io import read_trace
 
@@ -210,6 +213,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     stopped = time.monotonic()
     _, err = run.communicate(timeout_s=EXIT_BOUND_S + 30)
     took_s = time.monotonic() - stopped
+    print(f"Ctrl-C: exit {run.process.returncode} {took_s:.1f} s after the signal")
     assert run.process.returncode == INTERRUPTED_EXIT_CODE, err
     assert took_s < EXIT_BOUND_S, took_s
     lines = [line for line in err.splitlines() if line.startswith("interrupted:")]
@@ -231,6 +235,18 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     assert not (run.out / "fault.json").exists()
     trace = read_trace(run.out / "trace")
     assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
+    # the interrupted and resumed run ends bit for bit where a run never interrupted does
+    uninterrupted = runs("uninterrupted")
+    _, err = uninterrupted.communicate()
+    assert uninterrupted.process.returncode == 0, err
+    resumed_state = checkpoint.load(run.out).vectors
+    plain_state = checkpoint.load(uninterrupted.out).vectors
+    assert resumed_state.keys() == plain_state.keys()
+    for name, vector in plain_state.items():
+        assert torch.equal(resumed_state[name], vector), name
+    prewarm = trace.resizes[trace.resizes["phase"] == "comm_prewarm"]
+    assert list(prewarm["comm_cache_hits"]) == [2]  # both groups of 1:2 came from the cache
+    assert list(prewarm["comm_groups_built"]) == [0]
     oversubscribed = [n for n in trace.meta.notes if n.startswith("oversubscribed:")]
     assert bool(oversubscribed) is ((os.cpu_count() or 1) < 3), trace.meta.notes
 
@@ -242,9 +258,13 @@ def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
     run.note_processes()
     assert run.staging(), "the run holds staging pools while it runs"
     os.kill(run.process.pid, signal.SIGKILL)
+    killed_at = time.monotonic()
     run.communicate()
     deadline = time.monotonic() + KILLED_DRIVER_BOUND_S
     while (run.alive() or run.staging()) and time.monotonic() < deadline:
         time.sleep(0.5)
+    print(
+        f"killed driver: {len(run.alive())} processes left {time.monotonic() - killed_at:.1f} s on"
+    )
     assert run.alive() == []
     assert run.staging() == []
