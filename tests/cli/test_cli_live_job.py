@@ -39,7 +39,7 @@ def job(tmp_path, model_folder, monkeypatch) -> Path:
     def no_cluster(*args, **kwargs):
         raise AssertionError("Ray was started for a bad input")
 
-    monkeypatch.setattr(driver, "start_cluster", no_cluster)
+    monkeypatch.setattr(driver, "start", no_cluster)
     shutil.copytree(model_folder, tmp_path / "model")
     write_jsonl(tmp_path / "train.jsonl", [verl_row(f"What is {i} + 1?") for i in range(8)])
     (tmp_path / "reward.py").write_text(REWARD)

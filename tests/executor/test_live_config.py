@@ -41,7 +41,7 @@ def test_run_live_validates_before_any_cluster_starts(monkeypatch, tmp_path) -> 
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started for an invalid config")
 
-    monkeypatch.setattr(driver, "start_cluster", no_cluster)
+    monkeypatch.setattr(driver, "start", no_cluster)
     with pytest.raises(ValidationError, match="initial_allocation"):
         driver.run_live({"live": {"num_workers": 3}}, out_dir=tmp_path / "out")
     with pytest.raises(FileNotFoundError):
