@@ -30,6 +30,9 @@ class RolloutSample:
     generated_by_device: int
     weights_version: int
     advantage: float = 0.0
+    weights_digest: str | None = None
+    """`rl.weights_digest` of the weights the replica generated it with (None in batches
+    recorded before digests existed)."""
 
     @property
     def key(self) -> tuple[int, int]:

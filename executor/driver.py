@@ -44,8 +44,12 @@ from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
 from .placement import check_address, node_notes
+from .preflight import check_before_start
+from .published_weights import PublishedWeights, append_published
+from .published_weights import start_file as start_weights_file
 from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
+from .resume_check import check_resume, record_resume
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime, WorkerLostError
@@ -108,15 +112,17 @@ def run_live(
     live = live_section(config)
     out = Path(out_dir)
     restored = ckpt.load(out) if resume else None
+    resume_note = check_resume(live, out, restored) if restored is not None else None
     if costs is not None and not Path(costs).is_file():
         raise FileNotFoundError(costs)
-    if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
-        raise FileNotFoundError(live.replay_batches_from)
+    check_before_start(live)
     if address is None:
         check_local_devices(live)
     check_address(address)
     cluster = start(live, address=address)  # a cluster that cannot hold the run: nothing written
     out.mkdir(parents=True, exist_ok=True)
+    if resume_note is not None:
+        record_resume(out, resume_note)
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
     scenario = config if isinstance(config, ScenarioConfig) else None
@@ -246,6 +252,22 @@ class LiveSession:
             meta=self._meta(report),
             resume_from_step=self.restored.next_step if self.restored else None,
         )
+        start_weights_file(
+            self.out, resume_version=self.restored.weights_version if self.restored else None
+        )
+        self._record_published()
+
+    def _record_published(self) -> None:
+        """The digest of the weights the first trainer just published (weights.jsonl)."""
+        rt = self.runtime
+        source = rt.roles.trainer_ids[0]
+        digest = rt.call([source], LiveWorker.weights_fingerprint).wait("weights digest")[source]
+        append_published(
+            self.out,
+            PublishedWeights(
+                weights_version=rt.weights_version, digest=digest, published_by_device=source
+            ),
+        )
 
     def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
         """Process id, host and device of every worker (workers.json), for fault reports."""
@@ -288,6 +310,7 @@ class LiveSession:
         rt.call(
             rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
         ).wait("syncing weights")
+        self._record_published()
         end_s = rt.clock()
         clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
         self._record_step(step, batch, reports, clock, concurrent=next_batch)

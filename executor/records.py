@@ -51,6 +51,11 @@ class LineageRecord(BaseModel):
         ge=0, description="Weights version of the trainer when it computed the gradient."
     )
     response_tokens: int = Field(ge=0, description="Response length (tokens).")
+    generated_weights_digest: str | None = Field(
+        default=None,
+        description="Digest of the weights the replica generated it with (`rl.weights_digest`); "
+        "None in records written before digests existed.",
+    )
 
 
 def fsync_path(path: Path) -> None:

@@ -22,6 +22,7 @@ from .rl.engine import FinishReason, GenerationRequest, SamplingParams
 from .rl.sampler import KVCacheSampler, SamplerConfig
 from .rl.settings import ObjectiveSettings
 from .rl.task import TOKENIZER, RepeatTask
+from .rl.weights_digest import parameters_digest
 
 
 def sampler_config(live: LiveConfig) -> SamplerConfig:
@@ -85,6 +86,9 @@ class RolloutRole:
     ) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
         start = time.perf_counter()
+        # The fingerprint of the weights this batch is generated with, taken from the model
+        # itself: the lineage check compares it with what the trainer published.
+        digest = parameters_digest(self.model.parameters())
         items = {
             item.prompt_id: item
             for item in self.task.sample_items(seed=seed, step=batch_id, num_prompts=num_prompts)
@@ -116,6 +120,7 @@ class RolloutRole:
                     finish_s=result.finish_s,
                     generated_by_device=self.worker_id,
                     weights_version=self.weights_version,
+                    weights_digest=digest,
                 )
             )
         return RolloutReport(

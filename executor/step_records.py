@@ -126,6 +126,7 @@ def lineage_records(
                 consumed_by_device=report.worker_id,
                 trainer_weights_version=report.weights_version,
                 response_tokens=len(sample.response_token_ids),
+                generated_weights_digest=sample.weights_digest,
             )
 
 

@@ -27,6 +27,7 @@ from .batch import RolloutSample
 from .cluster import free_port
 from .config import RolloutEngines
 from .rl.model import build_model, load_flat_parameters
+from .rl.weights_digest import parameters_digest
 from .roles import RoleMap
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState, recut
@@ -43,6 +44,9 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
 
     _stash: ObjectRef[ShardState] | None = None
     """This trainer's exported slice in the object store (host_sync), until dropped."""
+    _fault_stale_weights: bool = False
+    """Fault injection (`inject_fault`): as a replica, advance the weights version label at a
+    weight sync without loading the weights."""
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -249,9 +253,26 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             flat = torch.empty(flat_numel(self.model), dtype=dtype)
         payload = flat.view(torch.uint8)
         dist.broadcast(payload, src=source, group=self.sync_group)
-        if self.rollout is not None:
+        if self.rollout is not None and self._fault_stale_weights:
+            self.rollout.weights_version = weights_version  # injected fault: the label only
+        elif self.rollout is not None:
             self.rollout.load_weights(flat, weights_version=weights_version)
         return {"bytes": payload.numel(), "s": time.perf_counter() - start}
+
+    def weights_fingerprint(self) -> str:
+        """`rl.weights_digest` of this worker's model weights as they are now: on the first
+        trainer right after a weight sync, the digest of the weights it published."""
+        return parameters_digest(self.model.parameters())
+
+    def inject_fault(self, kind: str) -> None:
+        """Fault injection for tests of the run's own checks, never used by a run.
+
+        `stale_weights`: from now on, as a rollout replica, take each weight sync's version
+        label but keep the old weights, the fault the lineage check must catch from the digests
+        (a version counter alone would pass it)."""
+        if kind != "stale_weights":
+            raise ValueError(f"inject_fault: unknown fault {kind!r}")
+        self._fault_stale_weights = True
 
     def flat_weights(self) -> torch.Tensor:
         """The model's weights as one host vector (tests compare runs with it)."""
