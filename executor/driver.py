@@ -53,6 +53,8 @@ from .resume_check import check_resume, record_resume
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime, WorkerLostError
+from .setup_prior import SOURCE as PRIOR_SOURCE
+from .setup_prior import prior_from_setup, write_prior_check
 from .shards import full_vectors
 from .step_records import (
     ResizeLabel,
@@ -241,9 +243,13 @@ class LiveSession:
             costs_path=self.costs_path,
             scenario=self.scenario,
         )
-        # Resize costs the policy sees: the twin's until this run has measured its own.
+        # Resize costs the policy sees until this run has measured its own: the twin's calibrated
+        # model with --costs, else a prior from this run's own setup (setup_prior.py).
+        prior = None if self.costs_path else prior_from_setup(self.strategy.name, report.timings_s)
+        self.prior_s = prior.critical_s if prior else self.estimator.model_critical_s
+        self.prior_source = PRIOR_SOURCE if prior else self.estimator.model_source.value
         self.cost_feedback = ResizeCostFeedback(
-            fallback_critical_s=self.estimator.model_critical_s,
+            fallback_critical_s=self.prior_s,
             fallback_background_s=self.estimator.model_background_s,
             fallback_source=self.estimator.model_source,
         )
@@ -406,6 +412,13 @@ class LiveSession:
         critical_s = rt.clock() - begin
         self.last_resize = label
         self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
+        if not self.measured_resize_s:
+            write_prior_check(
+                self.out,
+                prior_s=self.prior_s,
+                source=self.prior_source,
+                first_measured_s=critical_s,
+            )
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0
@@ -484,6 +497,7 @@ class LiveSession:
                 f"strategy={self.live.resize_strategy.value}",
                 f"rollout_engines={self.live.rollout_engines.value}",
                 f"staging_path={self.live.staging.path.value}",
+                f"resize_prior_s={self.prior_s:.3f} ({self.prior_source})",
                 *node_notes(setup.worker_infos),
             ],
         )

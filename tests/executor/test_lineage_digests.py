@@ -63,6 +63,7 @@ def test_replicas_that_skip_weight_loads_fail_the_lineage_check(ray_session, tmp
     results = {}
     for fault in (False, True):
         out = tmp_path / ("stale" if fault else "honest")
+        out.mkdir()
         cluster = start(config, address=None)
         session = LiveSession(config, cluster, out, None, None)
         try:
