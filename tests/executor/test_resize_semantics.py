@@ -13,6 +13,9 @@ stop_and_rebuild case restarts the workers twice.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -113,11 +116,19 @@ def _reset(session, initial: dict[str, torch.Tensor]) -> None:
 def _train(session, initial, strategy, resizes: dict[int, str]):
     """STEPS steps from the initial state with `strategy` resizing after the given steps;
     the samples of every batch and the trainer state at the end."""
+    from dynaresize.executor.records import RunRecorder
     from dynaresize.executor.roles import RoleMap
+    from dynaresize.traces.schema import RunMeta
 
     _reset(session, initial)
     rt = session.runtime
     session.strategy = strategy
+    # each run records into a folder of its own (a trace's steps run forward)
+    session.recorder.close()
+    session.out = Path(tempfile.mkdtemp(prefix="run", dir=session.out.parent))
+    session.recorder = RunRecorder(
+        session.out, meta=RunMeta(source="executor"), resume_from_step=None
+    )
     batches = []
     for step in range(STEPS):
         rt.step = step
