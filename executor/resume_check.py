@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,7 @@ class ResumeNote:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "resumed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "resumed_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "from_step": self.from_step,
             "changed": {k: {"before": a, "after": b} for k, (a, b) in self.changed.items()},
             "notes": list(self.notes),
