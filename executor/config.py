@@ -189,7 +189,9 @@ class LiveConfig(BaseModel):
         default=PipelineMode.ONE_STEP_OFF, description="sync or one_step_off."
     )
     resize_strategy: StrategyName = Field(
-        default=StrategyName.HOST_SYNC, description="How a resize moves state."
+        default=StrategyName.OVERLAPPED,
+        description="How a resize moves state; overlapped (the default) is the fastest measured "
+        "(benchmarks/results/resize_cpu.md, resize_h200.md).",
     )
     rollout_engine: RolloutEngineConfig = Field(
         default_factory=RolloutEngineConfig,

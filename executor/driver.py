@@ -44,23 +44,25 @@ from .cluster import Cluster, start
 from .config import DeviceKind, LiveConfig, PipelineMode
 from .cost_feedback import ResizeCostFeedback, decision_cost_source
 from .estimates import CandidateEstimator
-from .job.hf_folder import inspect_model_folder
 from .job.live_job import (
-    check_export_target,
     export_policy,
     prepare_prompt_source,
     resolve_job_paths,
-    restore_prompt_position,
 )
 from .job.prompt_source import PromptItem, PromptSource
 from .job.reward import RewardFunctionError
 from .placement import check_address, node_notes
+from .preflight import prepare_run
+from .published_weights import PublishedWeights, append_published
+from .published_weights import start_file as start_weights_file
 from .records import RunRecorder
 from .resize import PhaseTiming, ResizeStrategy
-from .rl.engine_config import require_engine_installed
+from .resume_check import record_resume
 from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime
+from .setup_prior import SOURCE as PRIOR_SOURCE
+from .setup_prior import prior_from_setup, write_prior_check
 from .shards import full_vectors
 from .shutdown import (
     Guard,
@@ -143,25 +145,8 @@ def run_live(
         live = live.model_copy(update={"export_hf_dir": str(Path(export_hf).absolute())})
     out = Path(out_dir)
     restored = ckpt.load(out) if resume else None
-    if live.export_hf_dir is not None:
-        check_export_target(
-            export_hf if export_hf is not None else live.export_hf_dir,
-            option="--export-hf" if export_hf is not None else "live.export_hf_dir:",
-        )
-        assert live.model.path is not None  # LiveConfig requires it with export_hf_dir
-        inspect_model_folder(live.model.path)  # its tokenizer is exported with the policy
-    prompts = prepare_prompt_source(live)
-    if restored is not None:
-        restore_prompt_position(
-            prompts,
-            restored.prompt_source,
-            next_batch_id=restored.next_step + (1 if restored.pending_batch else 0),
-        )
-    if costs is not None and not Path(costs).is_file():
-        raise FileNotFoundError(costs)
-    if live.replay_batches_from is not None and not Path(live.replay_batches_from).is_dir():
-        raise FileNotFoundError(live.replay_batches_from)
-    require_engine_installed(live.rollout_engine, field="live.rollout_engine")
+    prepared = prepare_run(live, out, restored, export_hf=export_hf, costs=costs)
+    prompts, resume_note = prepared.prompts, prepared.resume_note
     if address is None:
         check_local_devices(live)
         note = sweep_left_staging()
@@ -175,6 +160,8 @@ def run_live(
         guard.done()
         raise
     out.mkdir(parents=True, exist_ok=True)
+    if resume_note is not None:
+        record_resume(out, resume_note)
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
     scenario = config if isinstance(config, ScenarioConfig) else None
@@ -341,9 +328,13 @@ class LiveSession:
             costs_path=self.costs_path,
             scenario=self.scenario,
         )
-        # Resize costs the policy sees: the twin's until this run has measured its own.
+        # Resize costs the policy sees until this run has measured its own: the twin's calibrated
+        # model with --costs, else a prior from this run's own setup (setup_prior.py).
+        prior = None if self.costs_path else prior_from_setup(self.strategy.name, report.timings_s)
+        self.prior_s = prior.critical_s if prior else self.estimator.model_critical_s
+        self.prior_source = PRIOR_SOURCE if prior else self.estimator.model_source.value
         self.cost_feedback = ResizeCostFeedback(
-            fallback_critical_s=self.estimator.model_critical_s,
+            fallback_critical_s=self.prior_s,
             fallback_background_s=self.estimator.model_background_s,
             fallback_source=self.estimator.model_source,
         )
@@ -351,6 +342,24 @@ class LiveSession:
             self.out,
             meta=self._meta(report),
             resume_from_step=self.restored.next_step if self.restored else None,
+        )
+        start_weights_file(
+            self.out, resume_version=self.restored.weights_version if self.restored else None
+        )
+        self._record_published()
+
+    def _record_published(self, digest: str | None = None) -> None:
+        """The digest of the weights the first trainer just published (weights.jsonl): the one
+        its weight sync reported, else asked of it (after the setup's first sync)."""
+        rt = self.runtime
+        source = rt.roles.trainer_ids[0]
+        if digest is None:
+            digest = rt.call([source], LiveWorker.weights_fingerprint).wait("digest")[source]
+        append_published(
+            self.out,
+            PublishedWeights(
+                weights_version=rt.weights_version, digest=digest, published_by_device=source
+            ),
         )
 
     def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
@@ -413,7 +422,7 @@ class LiveSession:
         synced = rt.call(
             rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
         ).wait("syncing weights")
-        check_sync_digests(synced, weights_version=rt.weights_version)
+        self._record_published(check_sync_digests(synced, weights_version=rt.weights_version))
         end_s = rt.clock()
         clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
         self._record_step(step, batch, reports, clock, concurrent=next_batch)
@@ -509,6 +518,13 @@ class LiveSession:
         critical_s = rt.clock() - begin
         self.last_resize = label
         self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
+        if not self.measured_resize_s:
+            write_prior_check(
+                self.out,
+                prior_s=self.prior_s,
+                source=self.prior_source,
+                first_measured_s=critical_s,
+            )
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0
@@ -591,6 +607,7 @@ class LiveSession:
                 f"rollout_engine={self.live.rollout_engine.kind.value}",
                 f"rollout_engine_release={self.live.rollout_engine.release.value}",
                 f"staging_path={self.live.staging.path.value}",
+                f"resize_prior_s={self.prior_s:.3f} ({self.prior_source})",
                 *node_notes(setup.worker_infos),
                 *self.cluster_notes,
                 *(self.prompts.notes() if self.live.data is not None else []),

@@ -28,7 +28,7 @@ from .cluster import free_port
 from .job.live_job import replica_scorer, rollout_shape
 from .job.prompt_source import PromptItem
 from .rl.model import build_model, load_flat_parameters
-from .rl.weights_digest import weights_digest
+from .rl.weights_digest import parameters_digest, weights_digest
 from .roles import RoleMap
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState, recut
@@ -45,6 +45,9 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
 
     _stash: ObjectRef[ShardState] | None = None
     """This trainer's exported slice in the object store (host_sync), until dropped."""
+    _fault_stale_weights: bool = False
+    """Fault injection (`inject_fault`): as a replica, advance the weights version label at a
+    weight sync without loading the weights."""
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -272,7 +275,11 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         payload = flat.view(torch.uint8)
         dist.broadcast(payload, src=source, group=self.sync_group)
         digest = weights_digest(flat) if self.worker_id == source else None
-        if self.rollout is not None:
+        if self.rollout is not None and self._fault_stale_weights:
+            # injected fault: the label advances, the engine keeps the weights it had
+            digest = self.rollout.weights_digest
+            self.rollout.weights_version = weights_version
+        elif self.rollout is not None:
             digest = self.engine.load(self.model, flat)
             self.rollout.load_weights(flat, weights_version=weights_version, weights_digest=digest)
         return {
@@ -281,6 +288,21 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
             "digest": digest,
             "source": self.worker_id == source,
         }
+
+    def weights_fingerprint(self) -> str:
+        """`rl.weights_digest` of this worker's model weights as they are now: on the first
+        trainer right after a weight sync, the digest of the weights it published."""
+        return parameters_digest(self.model.parameters())
+
+    def inject_fault(self, kind: str) -> None:
+        """Fault injection for tests of the run's own checks, never used by a run.
+
+        `stale_weights`: from now on, as a rollout replica, take each weight sync's version
+        label but keep the old weights, the fault the lineage check must catch from the digests
+        (a version counter alone would pass it)."""
+        if kind != "stale_weights":
+            raise ValueError(f"inject_fault: unknown fault {kind!r}")
+        self._fault_stale_weights = True
 
     def flat_weights(self) -> torch.Tensor:
         """The model's weights as one host vector (tests compare runs with it)."""

@@ -11,6 +11,7 @@ weight, so a sample is enough to tell two versions apart).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 
 import torch
 
@@ -25,5 +26,32 @@ def weights_digest(flat: torch.Tensor, *, sample_elements: int = DIGEST_SAMPLE_E
     sample = flat[::stride].detach().to("cpu").contiguous()
     digest = hashlib.blake2b(digest_size=8)
     digest.update(f"{flat.numel()}:{flat.dtype}".encode())
+    digest.update(sample.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def parameters_digest(
+    parameters: Iterable[torch.Tensor], *, sample_elements: int = DIGEST_SAMPLE_ELEMENTS
+) -> str:
+    """`weights_digest` of the concatenation of `parameters` (flattened, in order), without
+    building the concatenation: a replica fingerprints the weights it generates with in place,
+    with no second copy of the model."""
+    tensors = [p.detach().reshape(-1) for p in parameters]
+    if not tensors:
+        raise ValueError("parameters_digest needs at least one parameter")
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) != 1:
+        raise ValueError(f"parameters_digest takes one dtype, got {sorted(map(str, dtypes))}")
+    numel = sum(t.numel() for t in tensors)
+    stride = max(1, -(-numel // sample_elements))
+    parts, offset = [], 0
+    for tensor in tensors:
+        first = (-offset) % stride  # the first global index >= offset on the stride's grid
+        if first < tensor.numel():
+            parts.append(tensor[first::stride].to("cpu"))
+        offset += tensor.numel()
+    sample = torch.cat(parts).contiguous()
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(f"{numel}:{tensors[0].dtype}".encode())
     digest.update(sample.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

@@ -60,6 +60,7 @@ def live_config(**overrides) -> LiveConfig:
         "policy": {"kind": "scheduled", "schedule": SCHEDULE},
         "checkpoint_every_steps": 6,
         "record_batches": True,
+        "resize_strategy": "host_sync",
     }
     return LiveConfig.model_validate({**fields, **overrides})
 

@@ -1,0 +1,36 @@
+"""The first resize's cost prior comes from the run's own setup timings, not the twin's default
+model (94.9 s for a tiny CPU run that then measured 0.04 s); the run folder says how far it was
+from the first measurement. No Ray: well under a second."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dynaresize.executor.setup_prior import PRIOR_FILE, prior_from_setup, write_prior_check
+from dynaresize.traces.phases import StrategyName
+
+# setup.json of a 4-worker tiny CPU run (seconds)
+SETUP = {
+    "actors_started": 6.1,
+    "world_group": 0.4,
+    "models_built": 0.3,
+    "roles_taken": 0.05,
+    "first_weight_sync": 0.01,
+}
+
+
+def test_the_prior_is_the_setup_work_a_resize_repeats() -> None:
+    overlapped = prior_from_setup(StrategyName.OVERLAPPED, SETUP)
+    assert overlapped is not None and overlapped.critical_s == pytest.approx(0.06)
+    rebuild = prior_from_setup(StrategyName.STOP_AND_REBUILD, SETUP)
+    assert rebuild is not None and rebuild.critical_s == pytest.approx(6.86)
+    assert prior_from_setup(StrategyName.OVERLAPPED, {"roles_taken": 1.0}) is None
+
+
+def test_the_run_folder_says_how_far_the_prior_was(tmp_path) -> None:
+    write_prior_check(tmp_path, prior_s=0.06, source="setup", first_measured_s=0.04)
+    check = json.loads((tmp_path / PRIOR_FILE).read_text())
+    assert check["prior_over_measured"] == pytest.approx(1.5)
+    assert check["prior_source"] == "setup"
