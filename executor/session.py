@@ -1,0 +1,494 @@
+"""`LiveSession`: one live run on a started cluster: setup, the step loop, resizes, records.
+
+The loop, top down (one_step_off; sync generates batch k at the start of step k instead):
+
+    set_up_workers           world group, models, roles, weights, first weight sync
+         |                   (worker_setup.py)
+    prelude                  replicas generate batch 0 with weights version 0
+         |
+    +--> step k ----------------------------------------------------------------------+
+    |      strategy.before_train   finish whatever the update is about to read         |
+    |      trainers: train on batch k  ||  replicas: generate batch k+1 (version k)     |
+    |      weight sync             first trainer -> every replica (version k+1)         |
+    |      records                 step, samples, lineage (step_records.py)             |
+    |      strategy.after_step     background work of the last resize ends              |
+    |      decide                  observation -> policy.decide -> resize at boundary   |
+    |      checkpoint              every `checkpoint_every_steps`, batch k+1 included   |
+    +----- k + 1 <------------------------------------------------------------------------+
+
+A batch generated before a resize is trained on after it: it is data held by the driver, not
+state of a worker, so a resize never loses, repeats or regenerates a sample, and the staleness
+stays one version (the lineage records prove it). A worker that dies stops the run with its
+records and last checkpoint intact; `resume=True` continues from that checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dynaresize.policies.registry import build_policy
+from dynaresize.policies.types import Allocation, StageTimes, StepObservation
+from dynaresize.traces.schema import RunMeta
+from dynaresize.twin.config import ScenarioConfig
+
+from . import checkpoint as ckpt
+from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
+from .cluster import Cluster
+from .config import LiveConfig, PipelineMode
+from .cost_feedback import ResizeCostFeedback, decision_cost_source
+from .estimates import CandidateEstimator
+from .job.live_job import (
+    export_policy,
+    prepare_prompt_source,
+)
+from .job.prompt_source import PromptItem, PromptSource
+from .placement import node_notes
+from .published_weights import PublishedWeights, append_published
+from .published_weights import start_file as start_weights_file
+from .records import RunRecorder
+from .resize import PhaseTiming, ResizeStrategy
+from .roles import RoleMap
+from .rollout import RolloutReport, collect_batch
+from .runtime import Calls, Runtime
+from .setup_prior import SOURCE as PRIOR_SOURCE
+from .setup_prior import prior_from_setup, write_prior_check
+from .shards import full_vectors
+from .step_records import (
+    ResizeLabel,
+    StepClock,
+    decision_record,
+    lineage_records,
+    phase_records,
+    sample_records,
+    stage_times,
+    step_record,
+    transfer_records,
+)
+from .strategies.catalog import build_strategy
+from .trainer import TrainReport
+from .worker import LiveWorker
+from .worker_engine import check_sync_digests
+from .worker_setup import SetupReport, set_up_workers
+
+FAULT_FILE = "fault.json"
+WORKERS_FILE = "workers.json"
+SETUP_FILE = "setup.json"
+CONFIG_FILE = "config.json"
+
+
+@dataclass
+class LiveResult:
+    """Where a live run wrote its outputs, and a short summary of what happened."""
+
+    out_dir: Path
+    trace_dir: Path
+    steps_completed: int
+    num_resizes: int
+    total_s: float
+    final_allocation: Allocation
+    exported_to: Path | None = None
+    """The Hugging Face folder the trained policy was written to, if asked."""
+
+
+class LiveSession:
+    """One live run on a started cluster: setup, the step loop, and its records.
+
+    `run_live` builds one per run; tests use it to drive the workers directly.
+    """
+
+    def __init__(
+        self,
+        live: LiveConfig,
+        cluster: Cluster,
+        out: Path,
+        restored: ckpt.Checkpoint | None,
+        costs_path: Path | None,
+        *,
+        scenario: ScenarioConfig | None = None,
+        prompts: PromptSource | None = None,
+    ) -> None:
+        self.live = live
+        self.prompts = prompts if prompts is not None else prepare_prompt_source(live)
+        """Where every batch's prompts come from (the repeat task or the run's dataset); its
+        position goes into each checkpoint."""
+        self.scenario = scenario
+        """The twin's description of the same cluster and model (a run config), if given."""
+        self.out = out
+        self.restored = restored
+        self.costs_path = costs_path
+        allocation = restored.allocation if restored else live.initial_allocation
+        self.runtime = Runtime(
+            config=live,
+            workers=cluster.workers,
+            roles=RoleMap.for_allocation(allocation),
+            start_wall=time.perf_counter(),
+        )
+        self.one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
+        self.policy = build_policy(live.policy)
+        self.strategy: ResizeStrategy = build_strategy(live.resize_strategy)
+        self.recent: deque[StageTimes] = deque(maxlen=live.recent_window_steps)
+        self.measured_resize_s: list[float] = []
+        self.num_resizes = restored.num_resizes if restored else 0
+        self.steps_since_resize: int | None = None
+        self.resize_before_step: int | None = None
+        """Id of the resize at the boundary before the next step, for its step record."""
+        self.last_resize: ResizeLabel | None = None
+        """The last resize, for its background phases, recorded once they have ended."""
+        self.recorder: RunRecorder | None = None
+        self.estimator: CandidateEstimator | None = None
+        self.cost_feedback: ResizeCostFeedback | None = None
+        self.cluster_notes = list(cluster.notes)
+        self.worker_infos: list[dict[str, Any]] = []
+        """`LiveWorker.info` of every worker once they have answered (pids for shutdown)."""
+
+    # --- the run, top down ---------------------------------------------------------------
+
+    def run(self) -> LiveResult:
+        self.setup()
+        live, rt = self.live, self.runtime
+        first = self.restored.next_step if self.restored else 0
+        pending = self.restored.pending_batch if self.restored else None
+        if self.one_step_off and pending is None and first < live.num_steps:
+            rt.step = first
+            pending = self._generate(first)
+        for step in range(first, live.num_steps):
+            rt.step, rt.phase = step, "step"
+            batch, pending = self._step(step, pending)
+            self.strategy.after_step(rt)
+            self._record_background(self.strategy.pop_background_phases())
+            if step + 1 < live.num_steps:  # no boundary after the last step to act on
+                self._decide(step, batch)
+            self._recorder().sync()
+            self._checkpoint_if_due(step + 1, pending)
+        exported = self._export() if live.export_hf_dir is not None else None
+        return LiveResult(
+            out_dir=self.out,
+            trace_dir=self.out / "trace",
+            steps_completed=max(first, live.num_steps),
+            num_resizes=self.num_resizes,
+            total_s=rt.clock(),
+            final_allocation=rt.roles.allocation,
+            exported_to=exported,
+        )
+
+    def _export(self) -> Path:
+        """The trained policy (the first trainer's model) as a Hugging Face folder."""
+        assert self.live.export_hf_dir is not None
+        rt = self.runtime
+        first = rt.roles.trainer_ids[0]
+        flat = rt.call([first], LiveWorker.flat_weights).wait("exporting the policy")[first]
+        return export_policy(self.live, flat, self.live.export_hf_dir)
+
+    def setup(self) -> None:
+        """Workers from fresh actors to their roles (setup.json times each part); the records,
+        the candidate estimator and the resize cost feedback."""
+        report = set_up_workers(
+            self.runtime, restored=self.restored, on_started=self._write_worker_infos
+        )
+        self.numel = report.numel
+        (self.out / SETUP_FILE).write_text(json.dumps(report.timings_s, indent=2))
+        self.estimator = CandidateEstimator.for_run(
+            self.live,
+            num_params=report.numel,
+            strategy=self.strategy.name,
+            costs_path=self.costs_path,
+            scenario=self.scenario,
+        )
+        # Resize costs the policy sees until this run has measured its own: the twin's calibrated
+        # model with --costs, else a prior from this run's own setup (setup_prior.py).
+        prior = None if self.costs_path else prior_from_setup(self.strategy.name, report.timings_s)
+        self.prior_s = prior.critical_s if prior else self.estimator.model_critical_s
+        self.prior_source = PRIOR_SOURCE if prior else self.estimator.model_source.value
+        self.cost_feedback = ResizeCostFeedback(
+            fallback_critical_s=self.prior_s,
+            fallback_background_s=self.estimator.model_background_s,
+            fallback_source=self.estimator.model_source,
+        )
+        self.recorder = RunRecorder(
+            self.out,
+            meta=self._meta(report),
+            resume_from_step=self.restored.next_step if self.restored else None,
+        )
+        start_weights_file(
+            self.out, resume_version=self.restored.weights_version if self.restored else None
+        )
+        self._record_published()
+
+    def _record_published(self, digest: str | None = None) -> None:
+        """The digest of the weights the first trainer just published (weights.jsonl): the one
+        its weight sync reported, else asked of it (after the setup's first sync)."""
+        rt = self.runtime
+        source = rt.roles.trainer_ids[0]
+        if digest is None:
+            digest = rt.call([source], LiveWorker.weights_fingerprint).wait("digest")[source]
+        append_published(
+            self.out,
+            PublishedWeights(
+                weights_version=rt.weights_version, digest=digest, published_by_device=source
+            ),
+        )
+
+    def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
+        """Process id, host and device of every worker (workers.json), for fault reports."""
+        self.worker_infos = infos
+        (self.out / WORKERS_FILE).write_text(json.dumps(infos))
+
+    def close(self, *, quiet: bool = False) -> None:
+        """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
+        not raised over the error that ended the run; the JSONL records stay either way."""
+        self._close_engines(quiet=quiet)
+        if self.recorder is None:
+            return
+        try:
+            self.recorder.finish()
+        except Exception:
+            self.recorder.close()
+            if not quiet:
+                raise
+
+    def release(self) -> None:
+        """After a run that ended well: the strategy's staging pools and communicator caches,
+        then every worker's process groups (a fault leaves this to killing the workers)."""
+        rt = self.runtime
+        self.strategy.release(rt)
+        rt.call(rt.all_ids, LiveWorker.leave_world).wait("leaving the world group")
+
+    def _close_engines(self, *, quiet: bool) -> None:
+        """End every worker's rollout engine (an engine process and its model folder) before
+        the actors go; after a failure, workers that cannot answer are skipped."""
+        rt = self.runtime
+        try:
+            rt.call(rt.all_ids, LiveWorker.close_rollout_engine).wait("closing rollout engines")
+        except Exception:
+            if not quiet:
+                raise
+
+    # --- one step ------------------------------------------------------------------------
+
+    def _step(
+        self, step: int, pending: RolloutBatch | None
+    ) -> tuple[RolloutBatch, RolloutBatch | None]:
+        """Train on batch `step` (and, one_step_off, generate the next one meanwhile), sync the
+        weights, record the step. Returns the batch trained on and the next one, if generated."""
+        rt = self.runtime
+        start_s = rt.clock()
+        batch = pending if self.one_step_off else self._generate(step)
+        assert batch is not None and batch.batch_id == step, "batch order broken"
+        self.strategy.before_train(rt)
+        training = self._launch_train(batch)
+        generating = None
+        if self.one_step_off and step + 1 < self.live.num_steps:
+            generating = self._launch_rollout(step + 1)
+        reports = training.wait(f"training on batch {step}")
+        next_batch = None
+        if generating is not None:
+            next_batch = self._collect_rollout(step + 1, generating)
+        sync_start = rt.clock()
+        rt.weights_version += 1
+        synced = rt.call(
+            rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
+        ).wait("syncing weights")
+        self._record_published(check_sync_digests(synced, weights_version=rt.weights_version))
+        end_s = rt.clock()
+        clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
+        self._record_step(step, batch, reports, clock, concurrent=next_batch)
+        return batch, next_batch
+
+    def _launch_rollout(self, batch_id: int) -> Calls[RolloutReport]:
+        """The replicas generate batch `batch_id`, its prompts split evenly among them."""
+        rt = self.runtime
+        items: list[PromptItem] = self.prompts.next_batch(batch_id)  # in order, even replaying
+        if self.live.replay_batches_from is not None:
+            return rt.call_each([])
+        parts = split_evenly(items, len(rt.roles.rollout_ids))
+        return rt.call_each(
+            rt.call([w], LiveWorker.generate, batch_id=batch_id, items=part)
+            for w, part in zip(rt.roles.rollout_ids, parts, strict=True)
+            if part
+        )
+
+    def _collect_rollout(self, batch_id: int, calls: Calls[RolloutReport]) -> RolloutBatch:
+        if self.live.replay_batches_from is not None:
+            return load_batch(Path(self.live.replay_batches_from), batch_id)
+        reports = calls.wait(f"generating batch {batch_id}")
+        batch = collect_batch(batch_id, reports, objective=self.live.objective)
+        if self.live.record_batches:
+            save_batch(self.out, batch)
+        return batch
+
+    def _generate(self, batch_id: int) -> RolloutBatch:
+        return self._collect_rollout(batch_id, self._launch_rollout(batch_id))
+
+    def _launch_train(self, batch: RolloutBatch) -> Calls[TrainReport]:
+        """The trainers train on the batch, split by whole prompt groups."""
+        rt = self.runtime
+        parts = split_by_prompt(batch.samples, rt.roles.num_trainers)
+        num_tokens = int(batch.response_lengths().sum())
+        return rt.call_each(
+            rt.call([w], LiveWorker.train, part, num_batch_tokens=num_tokens)
+            for w, part in zip(rt.roles.trainer_ids, parts, strict=True)
+        )
+
+    # --- at the boundary -----------------------------------------------------------------
+
+    def _decide(self, step: int, last_batch: RolloutBatch) -> None:
+        """Ask the policy what to do at this boundary, record its decision, resize if it says."""
+        rt = self.runtime
+        current = rt.roles.allocation
+        if self.steps_since_resize is not None:
+            self.steps_since_resize += 1
+        estimator, feedback = self._estimates()
+        candidates = estimator.predict(
+            current=current,
+            recent=tuple(self.recent),
+            measured_resize_s=tuple(self.measured_resize_s),
+            last_batch=last_batch,
+        )
+        obs = StepObservation(
+            step=step,
+            now_s=rt.clock(),
+            allocation=current,
+            recent=tuple(self.recent),
+            candidates=feedback.with_costs(candidates, current=current),
+            steps_since_resize=self.steps_since_resize,
+            remaining_steps=self.live.num_steps - step - 1,
+            measured_resize_costs_s=tuple(self.measured_resize_s),
+        )
+        decision = self.policy.decide(obs)
+        target = decision.target if decision.is_resize else None
+        resize_id = self.num_resizes if target is not None else None
+        record = decision_record(
+            obs,
+            decision,
+            policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
+            cost_source=decision_cost_source(obs, decision).value,
+            resize_id=resize_id,
+        )
+        self._recorder().write([record])
+        if target is not None:
+            self._resize(step, target)
+
+    def _resize(self, step: int, target: Allocation) -> None:
+        rt = self.runtime
+        label = ResizeLabel(
+            resize_id=self.num_resizes,
+            step=step,
+            strategy=self.strategy.name,
+            from_allocation=rt.roles.allocation.label,
+            to_allocation=target.label,
+        )
+        begin = rt.clock()
+        rt.phase = "resize"
+        phases = self.strategy.resize(rt, target=RoleMap.for_allocation(target))
+        rt.phase = "step"
+        critical_s = rt.clock() - begin
+        self.last_resize = label
+        self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
+        if not self.measured_resize_s:
+            write_prior_check(
+                self.out,
+                prior_s=self.prior_s,
+                source=self.prior_source,
+                first_measured_s=critical_s,
+            )
+        self.measured_resize_s.append(critical_s)
+        self.num_resizes += 1
+        self.steps_since_resize = 0
+        self.resize_before_step = label.resize_id
+
+    def _checkpoint_if_due(self, next_step: int, pending: RolloutBatch | None) -> None:
+        every = self.live.checkpoint_every_steps
+        if every is None or (next_step % every != 0 and next_step != self.live.num_steps):
+            return
+        rt = self.runtime
+        rt.phase = "checkpoint"
+        shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("writing a checkpoint")
+        ckpt.save(
+            self.out,
+            ckpt.Checkpoint(
+                next_step=next_step,
+                weights_version=rt.weights_version,
+                allocation=rt.roles.allocation,
+                vectors=full_vectors(list(shards.values())),
+                pending_batch=pending,
+                num_resizes=self.num_resizes,
+                prompt_source=self.prompts.state_dict(),
+            ),
+        )
+
+    # --- records -------------------------------------------------------------------------
+
+    def _record_step(
+        self,
+        step: int,
+        batch: RolloutBatch,
+        reports: dict[int, TrainReport],
+        clock: StepClock,
+        *,
+        concurrent: RolloutBatch | None,
+    ) -> None:
+        roles = self.runtime.roles
+        record = step_record(
+            step=step,
+            batch=batch,
+            reports=reports,
+            roles=roles,
+            clock=clock,
+            pipeline=self.live.pipeline,
+            concurrent=concurrent,
+            resize_id=self.resize_before_step,
+        )
+        self.resize_before_step = None
+        self._estimates()[1].observe_step_record(record)
+        self._recorder().write([record, *sample_records(step, batch)])
+        self._recorder().write_lineage(lineage_records(step, batch, reports))
+        self.recent.append(stage_times(record, roles.allocation))
+
+    def _record_background(self, phases: list[PhaseTiming]) -> None:
+        """Phases a strategy overlapped with the step after its resize, once they have ended."""
+        if phases and self.last_resize is not None:
+            label = self.last_resize
+            records = [*phase_records(label, phases), *transfer_records(label, phases)]
+            self._recorder().write(records)
+
+    def _meta(self, setup: SetupReport) -> RunMeta:
+        device_name = setup.device_name
+        allocation = self.runtime.roles.allocation
+        return RunMeta(
+            source="executor",
+            cluster=f"{self.live.num_workers} workers on {device_name}",
+            gpu_type=device_name,
+            num_gpus=self.live.num_workers,
+            model_name=json.dumps(
+                self.live.model.model_dump(mode="json", exclude_unset=True), sort_keys=True
+            ),
+            model_params_b=setup.numel / 1e9,
+            pipeline_mode=self.live.pipeline,
+            start_train_gpus=allocation.train_gpus,
+            start_rollout_gpus=allocation.rollout_gpus,
+            notes=[
+                f"device={self.live.device.value}",
+                f"strategy={self.live.resize_strategy.value}",
+                f"rollout_engines={self.live.rollout_engines.value}",
+                f"rollout_engine={self.live.rollout_engine.kind.value}",
+                f"rollout_engine_release={self.live.rollout_engine.release.value}",
+                f"staging_path={self.live.staging.path.value}",
+                f"resize_prior_s={self.prior_s:.3f} ({self.prior_source})",
+                *node_notes(setup.worker_infos),
+                *self.cluster_notes,
+                *(self.prompts.notes() if self.live.data is not None else []),
+            ],
+        )
+
+    def _recorder(self) -> RunRecorder:
+        assert self.recorder is not None, "records start after setup"
+        return self.recorder
+
+    def _estimates(self) -> tuple[CandidateEstimator, ResizeCostFeedback]:
+        assert self.estimator is not None and self.cost_feedback is not None, "after setup"
+        return self.estimator, self.cost_feedback
