@@ -2,7 +2,7 @@
 trainers published (digests), not version labels: replicas made to skip their weight loads (the
 worker's documented fault injection) advance their labels but fail the check.
 
-Time: one 3-step live run on 3 CPU workers (about 20-40 s on 2 cores), shared Ray session."""
+Time: one 3-step live run on 3 CPU workers (about 30 s on 2 cores), shared Ray session."""
 
 from __future__ import annotations
 
@@ -60,28 +60,23 @@ def test_replicas_that_skip_weight_loads_fail_the_lineage_check(ray_session, tmp
             "checkpoint_every_steps": None,
         }
     )
-    results = {}
-    for fault in (False, True):
-        out = tmp_path / ("stale" if fault else "honest")
-        out.mkdir()
-        cluster = start(config, address=None)
-        session = LiveSession(config, cluster, out, None, None)
-        try:
-            if fault:
-                rt = session.runtime
-                rt.call(rt.all_ids, LiveWorker.inject_fault, "stale_weights").wait("fault")
-            session.run()
-        finally:
-            session.close()
-            cluster.shutdown()
-        try:
-            check_lineage(out, config)
-            results[fault] = None
-        except LineageError as err:
-            results[fault] = str(err)
-    assert results[False] is None
+    # An honest run passes the same check with digests: test_live_run checks its resized run.
+    out = tmp_path / "stale"
+    out.mkdir()
+    cluster = start(config, address=None)
+    session = LiveSession(config, cluster, out, None, None)
+    try:
+        rt = session.runtime
+        rt.call(rt.all_ids, LiveWorker.inject_fault, "stale_weights").wait("fault")
+        session.run()
+    finally:
+        session.close()
+        cluster.shutdown()
     # version labels advanced, so only the digests can tell: batches 1 and 2 were generated with
     # the initial weights
-    assert results[True] is not None
-    assert "step 1: worker 2 generated with weights digest" in results[True]
-    assert "step 0" not in results[True]
+    with pytest.raises(LineageError) as caught:
+        check_lineage(out, config)
+    message = str(caught.value)
+    assert "step 1: worker 2 generated with weights digest" in message
+    assert "step 2: worker 2" in message and "step 0" not in message
+    assert "versions" not in message  # the version labels all agree
