@@ -1,9 +1,9 @@
 """Digests, not version labels, prove which weights generated a sample: the lineage check
 compares the weights replicas generated with against the weights the trainers published, and a
 replica made to skip its weight load (the worker's documented fault injection) advances its label
-but stops the run at that very weight sync, naming the version and the replica.
+but stops the run at that very weight sync, naming the version and the replica
 
-Time: one 3-step live run on 3 CPU workers (about 20-40 s on 2 cores), shared Ray session."""
+Time: one 3-step live run on 3 CPU workers (about 30 s on 2 cores), shared Ray session."""
 
 from __future__ import annotations
 
@@ -41,11 +41,12 @@ def test_digests_not_labels_decide() -> None:
 
 @pytest.mark.live
 @pytest.mark.timeout(600)
-def test_replicas_that_skip_weight_loads_fail_the_lineage_check(ray_session, tmp_path) -> None:
+def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_path) -> None:
     from dynaresize.executor.cluster import start
     from dynaresize.executor.driver import LiveSession
     from dynaresize.executor.lineage import check_lineage
     from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker_engine import WeightsMismatchError
 
     config = LiveConfig.model_validate(
         {
@@ -61,34 +62,21 @@ def test_replicas_that_skip_weight_loads_fail_the_lineage_check(ray_session, tmp
             "checkpoint_every_steps": None,
         }
     )
-    from dynaresize.executor.worker_engine import WeightsMismatchError
-
-    results = {}
-    for fault in (False, True):
-        out = tmp_path / ("stale" if fault else "honest")
-        out.mkdir()
-        cluster = start(config, address=None)
-        session = LiveSession(config, cluster, out, None, None)
-        try:
-            if fault:
-                rt = session.runtime
-                rt.call(rt.all_ids, LiveWorker.inject_fault, "stale_weights").wait("fault")
+    # An honest run passes the same check with digests: test_live_run checks its resized run.
+    out = tmp_path / "stale"
+    out.mkdir()
+    cluster = start(config, address=None)
+    session = LiveSession(config, cluster, out, None, None)
+    try:
+        rt = session.runtime
+        rt.call(rt.all_ids, LiveWorker.inject_fault, "stale_weights").wait("fault")
+        with pytest.raises(WeightsMismatchError) as stopped:
             session.run()
-        except WeightsMismatchError as err:
-            results[fault] = f"stopped: {err}"
-            continue
-        finally:
-            session.close()
-            cluster.shutdown()
-        try:
-            check_lineage(out, config)
-            results[fault] = None
-        except LineageError as err:
-            results[fault] = str(err)
-    assert results[False] is None
-    # version labels advanced, so only the digests can tell: batches 1 and 2 were generated with
-    # the initial weights
+    finally:
+        session.close()
+        cluster.shutdown()
     # the first sync after step 0 (version 1) finds the replica still on the initial weights
-    assert results[True] is not None and results[True].startswith("stopped: ")
-    assert "weights version 1: the first trainer sent digest" in results[True]
-    assert "replicas loaded {2: " in results[True]
+    assert "weights version 1: the first trainer sent digest" in str(stopped.value)
+    assert "replicas loaded {2: " in str(stopped.value)
+    # what was recorded before the stop (step 0, generated with version 0) still checks out
+    assert check_lineage(out, config.model_copy(update={"num_steps": 1})).num_steps == 1
