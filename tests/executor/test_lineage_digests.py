@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.lineage import LineageError, _check_digests
+from dynaresize.executor.lineage import _check_digests
 from dynaresize.executor.records import LineageRecord
 
 
@@ -44,7 +44,6 @@ def test_digests_not_labels_decide() -> None:
 def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_path) -> None:
     from dynaresize.executor.cluster import start
     from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.lineage import check_lineage
     from dynaresize.executor.worker import LiveWorker
     from dynaresize.executor.worker_engine import WeightsMismatchError
 
@@ -78,5 +77,3 @@ def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_pat
     # the first sync after step 0 (version 1) finds the replica still on the initial weights
     assert "weights version 1: the first trainer sent digest" in str(stopped.value)
     assert "replicas loaded {2: " in str(stopped.value)
-    # what was recorded before the stop (step 0, generated with version 0) still checks out
-    assert check_lineage(out, config.model_copy(update={"num_steps": 1})).num_steps == 1
