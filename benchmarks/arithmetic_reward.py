@@ -6,8 +6,8 @@ reward, resizes by the scheduled policy. The seed (`live.seed`) draws the prompt
 samples; the model's start is the same folder for every seed. The reward of every sample is read
 back from the batches the run records.
 
-    python tools/make_arithmetic_model.py --out ~/.cache/dynaresize/models/arithmetic-warm \
-        --warm-start-steps 800
+    python tools/make_arithmetic_model.py --out ~/.cache/dynaresize/models/arithmetic-warm-v2 \
+        --warm-start-steps 400
     python benchmarks/arithmetic_reward.py
 
 Writes arithmetic_reward.json and arithmetic_reward.md to --out (benchmarks/results).
@@ -32,6 +32,8 @@ from dynaresize.executor.job.live_job import resolve_job_paths
 CONFIG = "live_cpu_arithmetic"
 EDGE_STEPS = 4
 """Steps averaged at the start and at the end of a run to say whether the reward rose."""
+BLOCK_STEPS = 10
+"""Steps per block of the coarse curve: one step's mean moves a lot with the prompts drawn."""
 
 
 def parse_args() -> argparse.Namespace:
@@ -68,16 +70,26 @@ def run_seed(seed: int, steps: int | None, model: str | None) -> dict:
     return {
         "seed": seed,
         "steps": result.steps_completed,
+        "samples_per_step": live.prompts_per_step * live.samples_per_prompt,
         "resizes": result.num_resizes,
         "wall_s": round(wall_s, 1),
         "mean_reward_per_step": [round(r, 4) for r in rewards],
         f"mean_reward_first_{EDGE_STEPS}_steps": round(float(first), 4),
         f"mean_reward_last_{EDGE_STEPS}_steps": round(float(last), 4),
         "rose": bool(last > first),
+        f"mean_reward_per_{BLOCK_STEPS}_steps": blocks(rewards),
     }
 
 
-def write_markdown(path: Path, runs: list[dict], command: str) -> None:
+def blocks(rewards: list[float]) -> list[float]:
+    """Mean reward of each run of `BLOCK_STEPS` steps (the last block may be shorter)."""
+    return [
+        round(float(np.mean(rewards[i : i + BLOCK_STEPS])), 4)
+        for i in range(0, len(rewards), BLOCK_STEPS)
+    ]
+
+
+def write_markdown(path: Path, runs: list[dict], command: str, samples_per_step: int) -> None:
     lines = [
         "# Mean reward over a `live_cpu_arithmetic` run",
         "",
@@ -85,7 +97,8 @@ def write_markdown(path: Path, runs: list[dict], command: str) -> None:
         "",
         "Each row is one live run of the built-in config (4 CPU workers, resizes by the "
         "scheduled policy, `final_number` reward with format_score 0.1); the reward is the mean "
-        f"over a step's 64 samples, averaged over the first and the last {EDGE_STEPS} steps.",
+        f"over a step's {samples_per_step} samples, averaged over the first and the last "
+        f"{EDGE_STEPS} steps.",
         "",
         f"| seed | steps | resizes | wall s | first {EDGE_STEPS} | last {EDGE_STEPS} | rose |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -97,6 +110,10 @@ def write_markdown(path: Path, runs: list[dict], command: str) -> None:
             f"{run[f'mean_reward_last_{EDGE_STEPS}_steps']:.3f} | "
             f"{'yes' if run['rose'] else 'no'} |"
         )
+    lines += ["", f"Mean reward per {BLOCK_STEPS} steps:", ""]
+    for run in runs:
+        curve = ", ".join(f"{r:.3f}" for r in run[f"mean_reward_per_{BLOCK_STEPS}_steps"])
+        lines.append(f"- seed {run['seed']}: {curve}")
     lines += ["", "Per step (mean reward):", ""]
     for run in runs:
         curve = ", ".join(f"{r:.3f}" for r in run["mean_reward_per_step"])
@@ -114,7 +131,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     report = {"config": CONFIG, "command": command, "edge_steps": EDGE_STEPS, "runs": runs}
     (args.out / "arithmetic_reward.json").write_text(json.dumps(report, indent=2) + "\n")
-    write_markdown(args.out / "arithmetic_reward.md", runs, command)
+    samples_per_step = runs[0]["samples_per_step"] if runs else 0
+    write_markdown(args.out / "arithmetic_reward.md", runs, command, samples_per_step)
     print(f"wrote {args.out / 'arithmetic_reward.json'} and arithmetic_reward.md")
 
 

@@ -1,10 +1,14 @@
 """Write the arithmetic task shipped in dynaresize/data/arithmetic/, in veRL's Parquet format.
 
-Each row asks for a sum of two numbers below 100 or a product of a number below 100 and one below
-20, as one chat message (`What is 12 + 34?`); the expected response ends with `#### 46`, and the
-ground truth is the number as a string, as in veRL's GSM8K preprocessing, so the built-in
-`final_number` reward checks it. Questions are drawn without repeats from a fixed seed and split
-into train and test with no question in both; running the script again writes the same rows.
+Each row asks for a sum of two numbers below 20 or a product of two numbers below 10, as one chat
+message (`What is 12 + 7?`); the expected response ends with `#### 19`, and the ground truth is the
+number as a string, as in veRL's GSM8K preprocessing, so the built-in `final_number` reward checks
+it. The task is kept this small on purpose: a tiny model warm-started for a minute or two on one
+core answers a fair share of it right (not all), so that GRPO groups hold both right and wrong
+answers and a short CPU run has a signal to learn from (with operands below 100 the warm start got
+about 5% right and the reward did not move). Questions are drawn without repeats from a fixed seed
+(here every question of the two tables) and split into train and test with no question in both;
+running the script again writes the same rows.
 
     python tools/make_arithmetic_data.py                # rewrites train.parquet and test.parquet
     python tools/make_arithmetic_data.py --out DIR      # somewhere else
@@ -20,15 +24,15 @@ import numpy as np
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data" / "arithmetic"
 DATA_SOURCE = "dynaresize/arithmetic"
-NUM_TRAIN_ROWS, NUM_TEST_ROWS = 4000, 500
-SUM_OPERAND_LIMIT = 100  # both operands of a sum are below this
-PRODUCT_LIMITS = (100, 20)  # operands of a product are below these
-PRODUCT_SHARE = 0.25
+NUM_TRAIN_ROWS, NUM_TEST_ROWS = 400, 100
+SUM_OPERAND_LIMIT = 20  # both operands of a sum are below this
+PRODUCT_LIMITS = (10, 10)  # operands of a product are below these
+PRODUCT_SHARE = 0.2
 SEED = 20_240_601
 
 
 def questions(rng: np.random.Generator, count: int) -> list[tuple[int, str, int]]:
-    """`count` distinct (a, op, b), a quarter of them products, in random order."""
+    """`count` distinct (a, op, b), a `PRODUCT_SHARE` of them products, in random order."""
     num_products = round(count * PRODUCT_SHARE)
     sums = rng.choice(SUM_OPERAND_LIMIT**2, size=count - num_products, replace=False)
     products = rng.choice(PRODUCT_LIMITS[0] * PRODUCT_LIMITS[1], size=num_products, replace=False)

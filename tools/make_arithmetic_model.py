@@ -6,7 +6,8 @@ random initialisation never writes `#### N` by chance, so it would get no reward
 `--warm-start-steps N` it is first trained for N supervised steps on the train split's reference
 responses (`extra_info.response`), the way RL usually starts from an instruct model, and RL then
 has a format to build on and answers to improve. The script prints the greedy accuracy on the test
-split (the built-in `final_number` reward) before and after the warm start.
+split (the built-in `final_number` reward) before and after the warm start, and the share of
+train prompts a sample at temperature 1 gets right (what an RL run starts from).
 
     python tools/make_arithmetic_model.py --out runs/models/arithmetic
     python tools/make_arithmetic_model.py --out runs/models/arithmetic-warm --warm-start-steps 400
@@ -32,14 +33,17 @@ DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data" / "arithm
 MAX_RESPONSE_TOKENS = 12
 
 
-def greedy_accuracy(model, tokenizer, dataset: PromptDataset) -> float:
-    """Share of prompts whose greedy response the `final_number` reward scores 1."""
+def accuracy(model, tokenizer, dataset: PromptDataset, *, temperature: float = 0.0) -> float:
+    """Share of prompts whose response (greedy at temperature 0, else one sample, as an RL run
+    draws them) the `final_number` reward scores 1."""
     engine = KVCacheSampler(
         model, SamplerConfig(max_batch_size=len(dataset), max_seq_len=64, cuda_graphs=False)
     )
     requests = [GenerationRequest(p.index, 0, p.token_ids) for p in dataset.prompts]
     params = SamplingParams(
-        temperature=0.0, max_new_tokens=MAX_RESPONSE_TOKENS, eos_token_id=tokenizer.eos_token_id
+        temperature=temperature,
+        max_new_tokens=MAX_RESPONSE_TOKENS,
+        eos_token_id=tokenizer.eos_token_id,
     )
     reward = load_reward(RewardConfig(builtin="final_number"))
     results = engine.generate(requests, params, step=0).results
@@ -112,7 +116,7 @@ def main() -> None:
         load_prompt_dataset(DataConfig(train_files=[str(DATA_DIR / f"{s}.parquet")]), tokenizer)
         for s in ("train", "test")
     )
-    print(f"test accuracy before: {greedy_accuracy(model, tokenizer, test):.3f}")
+    print(f"test accuracy before (greedy): {accuracy(model, tokenizer, test):.3f}")
     if args.warm_start_steps:
         start = time.perf_counter()
         warm_start(
@@ -124,7 +128,10 @@ def main() -> None:
             seed=args.seed,
         )
         print(f"warm start: {args.warm_start_steps} steps in {time.perf_counter() - start:.1f} s")
-        print(f"test accuracy after: {greedy_accuracy(model, tokenizer, test):.3f}")
+        print(f"test accuracy after (greedy): {accuracy(model, tokenizer, test):.3f}")
+        torch.manual_seed(args.seed)
+        sampled = accuracy(model, tokenizer, train, temperature=1.0)
+        print(f"train accuracy after (one sample at temperature 1, as RL draws): {sampled:.3f}")
     print(f"wrote {export_hf_folder(model, tokenizer, args.out)}")
 
 

@@ -186,6 +186,6 @@ def test_the_shipped_arithmetic_config_validates_and_names_package_data() -> Non
     assert live.data is not None
     (train,) = live.data.train_files
     assert Path(train).is_file() and Path(train).parent.name == "arithmetic"
-    assert str(live.model.path).endswith("arithmetic-warm")
+    assert str(live.model.path).endswith("arithmetic-warm-v2")
     # the workers receive the config as JSON: it must read back as the same config
     assert type(live).model_validate_json(live.model_dump_json()) == live

@@ -47,9 +47,9 @@ def test_questions_are_distinct_and_train_and_test_do_not_overlap():
         return [row.prompt[0]["content"] for row in committed(split)]
 
     train, test = questions("train"), questions("test")
-    assert len(set(train)) == len(train) == 4000 and len(set(test)) == len(test) == 500
+    assert len(set(train)) == len(train) == 400 and len(set(test)) == len(test) == 100
     assert not set(train) & set(test)
-    assert 0.2 < sum("*" in q for q in train) / len(train) < 0.3
+    assert 0.15 < sum("*" in q for q in train) / len(train) < 0.25
 
 
 def test_ground_truths_are_right_and_the_reference_response_scores_one():
@@ -57,6 +57,7 @@ def test_ground_truths_are_right_and_the_reference_response_scores_one():
     for row in committed("test"):
         a, op, b = row.prompt[0]["content"].removeprefix("What is ").rstrip("?").split()
         assert int(row.ground_truth) == (int(a) + int(b) if op == "+" else int(a) * int(b))
+        assert max(int(a), int(b)) < (20 if op == "+" else 10)  # small enough to warm-start on
         response = row.extra_info["response"]
         sample = RewardInput(row.data_source, response, row.ground_truth, row.extra_info)
         assert reward(sample).score == 1.0

@@ -74,7 +74,7 @@ def arithmetic_source(args, *, seed: int = 0) -> DatasetPromptSource:
 def test_the_dataset_source_follows_the_sampler_and_resumes_exactly(arithmetic_source_args):
     source = arithmetic_source(arithmetic_source_args)
     dataset, order = source.dataset, source.sampler.order(0)
-    batches = draw(source, range(70))  # past the first epoch (500 rows, 62 batches of 8)
+    batches = draw(source, range(20))  # past the first epoch (100 rows, 12 batches of 8)
     for batch_id, batch in enumerate(batches[:3]):
         rows = [dataset[int(i)] for i in order[8 * batch_id : 8 * batch_id + 8]]
         assert [i.prompt_id for i in batch] == list(range(8 * batch_id, 8 * batch_id + 8))
@@ -82,12 +82,12 @@ def test_the_dataset_source_follows_the_sampler_and_resumes_exactly(arithmetic_s
         assert [i.ground_truth for i in batch] == [r.row.ground_truth for r in rows]
         assert [i.origin for i in batch] == [str(r.row.place) for r in rows]
         assert all(i.origin.startswith(f"{ARITHMETIC / 'test.parquet'}: row ") for i in batch)
-    epoch0 = {i.origin for b in batches[:62] for i in b}
-    assert len(epoch0) == 62 * 8  # no prompt twice in an epoch
-    assert source.notes()[0].startswith("data: 500 rows read from 1 file(s)")
+    epoch0 = {i.origin for b in batches[:12] for i in b}
+    assert len(epoch0) == 12 * 8  # no prompt twice in an epoch
+    assert source.notes()[0].startswith("data: 100 rows read from 1 file(s)")
     assert source.longest_prompt_tokens == max(len(p.token_ids) for p in dataset.prompts)
 
-    for stop in (0, 1, 61, 62, 63):  # around the epoch boundary
+    for stop in (0, 1, 11, 12, 13):  # around the epoch boundary
         crashed = arithmetic_source(arithmetic_source_args)
         draw(crashed, range(stop))
         resumed = arithmetic_source(arithmetic_source_args)
