@@ -34,9 +34,10 @@ CONFIG_FILE = "config.json"
 RESUMES_FILE = "resumes.json"
 
 RESUME_MAY_CHANGE = frozenset(
-    {"num_steps", "checkpoint_every_steps", "record_batches", "worker_timeout_s"}
+    {"num_steps", "checkpoint_every_steps", "record_batches", "worker_timeout_s", "export_hf_dir"}
 )
-"""Top-level `live` fields a resume may change: none of them changes a sample or a weight."""
+"""Top-level `live` fields a resume may change: none of them changes a sample or a weight (the
+export folder is where the trained policy is written at the end)."""
 
 
 class ResumeMismatchError(ConfigError):

@@ -133,7 +133,7 @@ def _prompt_longer_than_context(job: Path) -> None:
 
 
 CASES: dict[str, tuple[Callable[[Path], None], tuple[str, ...]]] = {
-    "no model folder": (_no_model, ("model.path", "model", "no such folder")),
+    "no model folder": (_no_model, ("model.path", "model", "does not exist")),
     "model path is a file": (_model_is_a_file, ("model.path", "not a folder")),
     "no weights": (_no_weights, ("model.path", "no weights")),
     "no tokenizer": (_no_tokenizer, ("model.path", "no tokenizer")),

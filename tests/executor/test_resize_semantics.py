@@ -116,11 +116,13 @@ def _reset(session, initial: dict[str, torch.Tensor]) -> None:
 def _train(session, initial, strategy, resizes: dict[int, str]):
     """STEPS steps from the initial state with `strategy` resizing after the given steps;
     the samples of every batch and the trainer state at the end."""
+    from dynaresize.executor.job.live_job import prepare_prompt_source
     from dynaresize.executor.records import RunRecorder
     from dynaresize.executor.roles import RoleMap
     from dynaresize.traces.schema import RunMeta
 
     _reset(session, initial)
+    session.prompts = prepare_prompt_source(session.live)  # batch 0 again, as a new run draws
     rt = session.runtime
     session.strategy = strategy
     # each run records into a folder of its own (a trace's steps run forward)

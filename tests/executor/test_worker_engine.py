@@ -11,6 +11,7 @@ import torch
 from pydantic import ValidationError
 
 from dynaresize.executor.config import LiveConfig, RolloutEngines
+from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
 from dynaresize.executor.lineage import digest_problems
 from dynaresize.executor.records import LineageRecord
 from dynaresize.executor.rl.engine_config import EngineKind, EngineRelease
@@ -122,7 +123,7 @@ def test_the_trainer_reports_how_far_the_engine_logprobs_are_from_its_own():
     replica = RolloutRole(
         worker_id=1,
         model=model,
-        task=config.build_task(),
+        scorer=replica_scorer(config),
         sampler=sampler_config(config),
         params=sampling_params(config),
         samples_per_prompt=config.samples_per_prompt,
@@ -130,7 +131,7 @@ def test_the_trainer_reports_how_far_the_engine_logprobs_are_from_its_own():
         engine=engine,
         weights_digest=digest,
     )
-    report = replica.generate(batch_id=0, prompt_ids=[0, 1], seed=0, num_prompts=2)
+    report = replica.generate(batch_id=0, items=prepare_prompt_source(config).next_batch(0)[:2])
     batch = collect_batch(0, {1: report}, objective=config.objective)
     assert {s.weights_digest for s in batch.samples} == {digest}
     trainer_model = build_model(config.model).requires_grad_(True)
