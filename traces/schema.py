@@ -135,6 +135,12 @@ class DecisionRecord(_Record):
         default=None, ge=0, description="Predicted critical path of the chosen move (s)."
     )
     resize_id: int | None = Field(default=None, description="Id given to the resize, if any.")
+    prior_over_measured: float | None = Field(
+        default=None,
+        ge=0,
+        description="On the first decision after a run's first measured resize: the resize-cost "
+        "prior the policy saw before it, over that measured critical path (None elsewhere).",
+    )
 
 
 # --- Extensions of v1 (optional records; nothing above is renamed) ---------------------------
