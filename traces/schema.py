@@ -138,8 +138,9 @@ class DecisionRecord(_Record):
     prior_over_measured: float | None = Field(
         default=None,
         ge=0,
-        description="On the first decision after a run's first measured resize: the resize-cost "
-        "prior the policy saw before it, over that measured critical path (None elsewhere).",
+        description="On the first decision after a run's first measured resize: the critical "
+        "path the policy was given for that resize before it (its decision's "
+        "predicted_resize_critical_s), over the measured one (None elsewhere).",
     )
 
 
