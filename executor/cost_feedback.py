@@ -107,7 +107,12 @@ class ResizeCostFeedback:
         fallback_background_s: float,
         fallback_source: CostSource,
         window_size: int = DEFAULT_WINDOW_SIZE,
+        fallback_replaces: bool = False,
     ) -> None:
+        """`fallback_replaces`: until a resize is measured, every candidate gets the fallback
+        figure instead of its own cost; for a prior of this very run (its setup timings,
+        `setup_prior.py`), which knows the run's size and hardware where the candidates' own
+        costs come from the twin's default model."""
         if window_size < 1:
             raise ValueError(f"window_size must be at least 1, got {window_size}")
         if fallback_critical_s < 0 or fallback_background_s < 0:
@@ -122,6 +127,7 @@ class ResizeCostFeedback:
             num_measurements=0,
         )
         self.window_size = window_size
+        self.fallback_replaces = fallback_replaces
         self.resizes: list[MeasuredResize] = []
         self._previous_step: tuple[float, Allocation] | None = None
         """End time and split of the last step fed to `observe_step_record`."""
@@ -250,11 +256,11 @@ class ResizeCostFeedback:
 
         Until some resize has been measured, a candidate keeps the cost it came with: the
         estimator prices each move by the twin's plan of that very move, which a single fallback
-        figure would flatten."""
+        figure would flatten; unless `fallback_replaces` (a prior from the run's own setup)."""
         out = []
         for prediction in predictions:
             estimate = self.estimate(current=current, target=prediction.allocation)
-            if estimate is self.fallback:
+            if estimate is self.fallback and not self.fallback_replaces:
                 out.append(prediction)
                 continue
             out.append(

@@ -16,6 +16,7 @@ from dynaresize.twin.config import ScenarioConfig
 from . import checkpoint as ckpt
 from .cluster import start
 from .config import DeviceKind, LiveConfig
+from .engine_memory import resolve_release
 from .job.live_job import resolve_job_paths
 from .job.reward import RewardFunctionError
 from .placement import check_address
@@ -95,9 +96,12 @@ def run_live(
         if note:
             print(f"note: {note}", file=sys.stderr)
     check_address(address)
+    # `release: auto` becomes keep or destroy by the memory check before any worker starts;
+    # config.json keeps what the user gave (a resume checks again), the notes say what was chosen
+    run_config, engines = resolve_release(live, local=address is None)
     guard = Guard.start()  # kills what this run starts if the driver dies without cleaning up
     try:
-        cluster = start(live, address=address)  # cannot hold the run: nothing written
+        cluster = start(run_config, address=address)  # cannot hold the run: nothing written
     except BaseException:
         guard.done()
         raise
@@ -108,13 +112,14 @@ def run_live(
     (out / FAULT_FILE).unlink(missing_ok=True)
     scenario = config if isinstance(config, ScenarioConfig) else None
     driver = LiveSession(
-        live,
+        run_config,
         cluster,
         out,
         restored,
         Path(costs) if costs else None,
         scenario=scenario,
         prompts=prompts,
+        notes=[engines.note],
     )
     rendezvous = RendezvousFolder.create() if address is None else None
     driver.runtime.rendezvous_file = rendezvous.file if rendezvous else None

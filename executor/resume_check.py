@@ -34,10 +34,19 @@ CONFIG_FILE = "config.json"
 RESUMES_FILE = "resumes.json"
 
 RESUME_MAY_CHANGE = frozenset(
-    {"num_steps", "checkpoint_every_steps", "record_batches", "worker_timeout_s", "export_hf_dir"}
+    {
+        "num_steps",
+        "checkpoint_every_steps",
+        "record_batches",
+        "worker_timeout_s",
+        "export_hf_dir",
+        "rollout_engine.release",
+    }
 )
-"""Top-level `live` fields a resume may change: none of them changes a sample or a weight (the
-export folder is where the trained policy is written at the end)."""
+"""`live` fields (top-level, or dotted) a resume may change: none of them changes a sample or a
+weight. The export folder is where the trained policy is written at the end;
+`rollout_engine.release` only decides whether an engine is kept between roles (samples are seeded
+by step, prompt and index); runs written before `auto` recorded `destroy`."""
 
 
 class ResumeMismatchError(ConfigError):
@@ -102,7 +111,11 @@ def check_resume(live: LiveConfig, out: Path, restored: Checkpoint) -> ResumeNot
     """Refuse a resume that would change the run; return what it changes that is allowed."""
     before = read_checkpointed_config(out)
     differences = config_differences(before, live)
-    refused = {k: v for k, v in differences.items() if k.split(".")[0] not in RESUME_MAY_CHANGE}
+    refused = {
+        k: v
+        for k, v in differences.items()
+        if k not in RESUME_MAY_CHANGE and k.split(".")[0] not in RESUME_MAY_CHANGE
+    }
     if refused:
         shown = "; ".join(f"{k}: {_short(a)} -> {_short(b)}" for k, (a, b) in refused.items())
         raise ResumeMismatchError(

@@ -56,7 +56,7 @@ from .roles import RoleMap
 from .rollout import RolloutReport, collect_batch
 from .runtime import Calls, Runtime
 from .setup_prior import SOURCE as PRIOR_SOURCE
-from .setup_prior import prior_from_setup, write_prior_check
+from .setup_prior import prior_from_setup, prior_over_measured, write_prior_check
 from .shards import full_vectors
 from .step_records import (
     ResizeLabel,
@@ -111,6 +111,7 @@ class LiveSession:
         *,
         scenario: ScenarioConfig | None = None,
         prompts: PromptSource | None = None,
+        notes: list[str] | None = None,
     ) -> None:
         self.live = live
         self.prompts = prompts if prompts is not None else prepare_prompt_source(live)
@@ -138,11 +139,12 @@ class LiveSession:
         self.resize_before_step: int | None = None
         """Id of the resize at the boundary before the next step, for its step record."""
         self.last_resize: ResizeLabel | None = None
+        self.prior_check: float | None = None  # prediction / first measured resize, record next
         """The last resize, for its background phases, recorded once they have ended."""
         self.recorder: RunRecorder | None = None
         self.estimator: CandidateEstimator | None = None
         self.cost_feedback: ResizeCostFeedback | None = None
-        self.cluster_notes = list(cluster.notes)
+        self.cluster_notes = [*cluster.notes, *(notes or [])]  # the driver's: engines' release
         self.worker_infos: list[dict[str, Any]] = []
         """`LiveWorker.info` of every worker once they have answered (pids for shutdown)."""
 
@@ -208,6 +210,7 @@ class LiveSession:
             fallback_critical_s=self.prior_s,
             fallback_background_s=self.estimator.model_background_s,
             fallback_source=self.estimator.model_source,
+            fallback_replaces=prior is not None,
         )
         self.recorder = RunRecorder(
             self.out,
@@ -368,12 +371,14 @@ class LiveSession:
             policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
             cost_source=decision_cost_source(obs, decision).value,
             resize_id=resize_id,
+            prior_over_measured=self.prior_check,
         )
+        self.prior_check = None
         self._recorder().write([record])
         if target is not None:
-            self._resize(step, target)
+            self._resize(step, target, predicted_s=record.predicted_resize_critical_s or 0.0)
 
-    def _resize(self, step: int, target: Allocation) -> None:
+    def _resize(self, step: int, target: Allocation, *, predicted_s: float) -> None:
         rt = self.runtime
         label = ResizeLabel(
             resize_id=self.num_resizes,
@@ -396,6 +401,7 @@ class LiveSession:
                 source=self.prior_source,
                 first_measured_s=critical_s,
             )
+            self.prior_check = prior_over_measured(predicted_s, critical_s)
         self.measured_resize_s.append(critical_s)
         self.num_resizes += 1
         self.steps_since_resize = 0

@@ -11,7 +11,9 @@ already timed, on its own hardware and with its own model, the work a resize rep
   `actors_started` + `world_group` + `models_built` + `roles_taken` + `first_weight_sync`.
 
 That sum is the prior until the first measurement replaces it (`cost_feedback.py`); the run
-folder's `resize_prior.json` says how far it was from the first measured resize.
+folder's `resize_prior.json` says how far it was from the first measured resize, and so does the
+next decision record (`prior_over_measured`): the first resize's own record is written before the
+resize is measured.
 """
 
 from __future__ import annotations
@@ -53,11 +55,16 @@ def prior_from_setup(strategy: StrategyName, timings_s: dict[str, float]) -> Res
     return ResizePrior(critical_s=sum(float(timings_s[p]) for p in parts), parts=parts)
 
 
+def prior_over_measured(prior_s: float, first_measured_s: float) -> float | None:
+    """How far the prior was from the first measurement (1.0: exact; None: nothing measured)."""
+    return prior_s / first_measured_s if first_measured_s > 0 else None
+
+
 def write_prior_check(
     out_dir: Path, *, prior_s: float, source: str, first_measured_s: float
 ) -> Path:
     """`resize_prior.json`: the prior the first resize decision saw and what it then cost."""
-    ratio = prior_s / first_measured_s if first_measured_s > 0 else None
+    ratio = prior_over_measured(prior_s, first_measured_s)
     document = {
         "prior_critical_s": prior_s,
         "prior_source": source,

@@ -152,7 +152,10 @@ def decision_record(
     policy: str,
     cost_source: str,
     resize_id: int | None,
+    prior_over_measured: float | None = None,
 ) -> DecisionRecord:
+    """The record of one policy call; `prior_over_measured` only on the first call after the
+    run's first measured resize (the prior over that measurement)."""
     chosen: CandidatePrediction | None = None
     if decision.is_resize and decision.target is not None:
         chosen = obs.candidate(decision.target)
@@ -167,6 +170,7 @@ def decision_record(
         cost_source=cost_source,
         predicted_resize_critical_s=chosen.predicted_resize_critical_s if chosen else None,
         resize_id=resize_id,
+        prior_over_measured=prior_over_measured,
     )
 
 

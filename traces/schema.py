@@ -135,6 +135,13 @@ class DecisionRecord(_Record):
         default=None, ge=0, description="Predicted critical path of the chosen move (s)."
     )
     resize_id: int | None = Field(default=None, description="Id given to the resize, if any.")
+    prior_over_measured: float | None = Field(
+        default=None,
+        ge=0,
+        description="On the first decision after a run's first measured resize: the critical "
+        "path the policy was given for that resize before it (its decision's "
+        "predicted_resize_critical_s), over the measured one (None elsewhere).",
+    )
 
 
 # --- Extensions of v1 (optional records; nothing above is renamed) ---------------------------

@@ -6,15 +6,18 @@ one line naming the extra (`require_engine_installed`).
 
     rollout_engine:
       kind: vllm          # own (the project's sampler) | hf (Hugging Face generate) | vllm
-      release: destroy    # destroy | keep | sleep: what a worker does with its engine when it
-                          # becomes a trainer
+      release: auto       # auto | destroy | keep | sleep: what a worker does with its engine
+                          # when it becomes a trainer
       vllm: {kv_cache_memory_gb: 0.25, max_model_len: null, dtype: null}
 
 `release` subsumes the older `live.rollout_engines`: `on_demand` is `release: destroy` (the
 engine is dropped when the worker trains and started again when it returns to Rollout), and
 `resident` is `release: keep` (the engine stays built on the trainer, so a return costs no
-start). `sleep` parks a vLLM engine with `LLM.sleep()` and wakes it on return; vLLM's CPU backend
-ignores sleep, so it needs CUDA. `read_old_rollout_engines` turns the old key into the new one.
+start). `auto` (the default) is keep where the run's memory check says an engine on every
+worker fits, else destroy (`executor/engine_memory.py`, resolved before the workers start; an
+unresolved `auto` acts as destroy). `sleep` parks a vLLM engine with `LLM.sleep()` and wakes it
+on return; vLLM's CPU backend ignores sleep, so it needs CUDA. `read_old_rollout_engines` turns
+the old key into the new one.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class EngineKind(str, Enum):
 
 class EngineRelease(str, Enum):
     """What a worker does with its rollout engine when it becomes a trainer."""
+
+    AUTO = "auto"
+    """`keep` where the memory check says an engine on every worker fits, else `destroy`:
+    resolved at the start of a live run (`executor/engine_memory.py`), the choice in the trace
+    notes. Anything that sees it unresolved treats it as `destroy`."""
 
     DESTROY = "destroy"
     """Free the engine; it starts again when the worker returns to Rollout (`rollout_reinit`).
@@ -126,9 +134,10 @@ class RolloutEngineConfig(BaseModel):
 
     kind: EngineKind = Field(default=EngineKind.OWN, description="own, hf or vllm.")
     release: EngineRelease = Field(
-        default=EngineRelease.DESTROY,
-        description="When a worker leaves Rollout: destroy the engine, keep it, or (vLLM on "
-        "CUDA) sleep.",
+        default=EngineRelease.AUTO,
+        description="When a worker leaves Rollout: destroy the engine, keep it, (vLLM on CUDA) "
+        "sleep, or auto: keep where the memory check says an engine on every worker fits, else "
+        "destroy.",
     )
     separate_process: bool | None = Field(
         default=None,

@@ -268,3 +268,25 @@ def test_a_resumed_run_without_the_step_before_a_resize_skips_it():
     fb.observe_step_record(first)
     assert fb.resizes == []
     assert fb.estimate(current=A22, target=A31).match is MatchLevel.FALLBACK
+
+
+def test_a_prior_from_the_runs_setup_replaces_the_models_cost_until_a_measurement():
+    """The twin's default model told a tiny CPU run 94.9 s; the run's own setup prior (0.06 s)
+    is what the policy must see before the first resize, then the measurement."""
+    fb = ResizeCostFeedback(
+        fallback_critical_s=0.06,
+        fallback_background_s=0.0,
+        fallback_source=CostSource.MODEL,
+        fallback_replaces=True,
+    )
+    obs = _observation(A22, fb, model_costs_s={A31: 94.9, A13: 94.9})
+    by = {c.allocation: c for c in obs.candidates}
+    assert by[A31].predicted_resize_critical_s == by[A13].predicted_resize_critical_s == 0.06
+    assert by[A22].predicted_resize_critical_s == 0.0
+    resize(fb, 0, A22, A31, 0.04)
+    by = {c.allocation: c for c in _observation(A22, fb).candidates}
+    assert by[A31].predicted_resize_critical_s == 0.04
+    # without it (the twin's model or --costs as the fallback) each move keeps its own cost
+    kept = feedback()
+    by = {c.allocation: c for c in _observation(A22, kept, {A31: 94.9}).candidates}
+    assert by[A31].predicted_resize_critical_s == 94.9

@@ -26,7 +26,7 @@ def test_defaults_and_where_each_engine_runs():
     default = RolloutEngineConfig()
     assert (default.kind, default.release, default.in_child_process) == (
         EngineKind.OWN,
-        EngineRelease.DESTROY,
+        EngineRelease.AUTO,
         False,
     )
     assert RolloutEngineConfig(kind="vllm").in_child_process

@@ -9,6 +9,7 @@ bit for bit.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -114,6 +115,16 @@ def test_the_run_resizes_in_both_directions_and_records_every_phase(resized_run)
     decisions = trace.decisions
     # one decision per boundary between steps; none after the last step
     assert list(decisions.decision) == ["hold", "resize", "hold", "resize", "hold"]
+    # the decision after the first measured resize says how far the policy's figure for it was
+    first = decisions[decisions.resize_id == 0].iloc[0].predicted_resize_critical_s
+    measured = json.loads((out / "resize_prior.json").read_text())["first_measured_critical_s"]
+    ratio = decisions.prior_over_measured
+    assert ratio.iloc[2] == pytest.approx(first / measured, rel=1e-6)
+    assert ratio.drop(index=ratio.index[2]).isna().all()
+    # release: auto (the default) kept the tiny model's engines, and the notes say why
+    notes = trace.meta.notes
+    assert "rollout_engine_release=keep" in notes
+    assert any(n.startswith("rollout engines: resident (keep): ") for n in notes)
 
 
 def test_every_step_trains_exactly_its_batch_and_no_sample_is_lost_or_reused(resized_run):

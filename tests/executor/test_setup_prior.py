@@ -34,3 +34,28 @@ def test_the_run_folder_says_how_far_the_prior_was(tmp_path) -> None:
     check = json.loads((tmp_path / PRIOR_FILE).read_text())
     assert check["prior_over_measured"] == pytest.approx(1.5)
     assert check["prior_source"] == "setup"
+
+
+def test_the_decision_after_the_first_resize_says_how_far_the_prior_was() -> None:
+    from dynaresize.executor.setup_prior import prior_over_measured
+    from dynaresize.executor.step_records import decision_record
+    from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
+    from dynaresize.traces.schema import DecisionRecord
+
+    split = Allocation(train_gpus=1, rollout_gpus=1)
+    times = StageTimes(step=3, allocation=split, rollout_s=0.2, train_s=0.3, sync_s=0.0, step_s=0.5)
+    obs = StepObservation(step=3, now_s=1.0, allocation=split, recent=(times,), candidates=())
+    ratio = prior_over_measured(0.06, 0.04)
+    record = decision_record(
+        obs,
+        Decision.hold("steady"),
+        policy="static",
+        cost_source="measured",
+        resize_id=None,
+        prior_over_measured=ratio,
+    )
+    assert record.prior_over_measured == pytest.approx(1.5)
+    assert prior_over_measured(0.06, 0.0) is None
+    # a record written before the field existed still reads, without it
+    old = record.model_dump(exclude={"prior_over_measured"})
+    assert DecisionRecord.model_validate(old).prior_over_measured is None
