@@ -31,7 +31,7 @@ from .rl.engine_config import EngineRelease
 from .rl.engine_process import EngineProcess
 from .rl.engines import EngineShape, ManagedEngine, build_engine
 from .rl.task import TOKENIZER
-from .rl.weights_digest import weights_digest
+from .rl.weights_digest import parameters_digest, weights_digest
 
 
 def engine_shape(live: LiveConfig) -> EngineShape:
@@ -96,10 +96,13 @@ class WorkerEngine:
             self.starts += 1
         engine = self.engine
         assert engine is not None
-        flat = flat_model_weights(model)
-        if self.in_child_process:
-            engine.load_weights(flat)
         self.in_rollout = True
+        if not self.in_child_process:
+            # the engine computes with the model's own tensors: fingerprint them in place (a
+            # host copy of the whole model would cost seconds on a GPU at every resize)
+            return engine, parameters_digest(model.parameters())
+        flat = flat_model_weights(model)
+        engine.load_weights(flat)
         return engine, loaded_digest(engine, flat)
 
     def load(self, model: PreTrainedModel, flat: torch.Tensor) -> str:
