@@ -23,7 +23,10 @@ def weights_digest(flat: torch.Tensor, *, sample_elements: int = DIGEST_SAMPLE_E
     if flat.ndim != 1:
         raise ValueError(f"weights_digest takes a flat tensor, got shape {tuple(flat.shape)}")
     stride = max(1, -(-flat.numel() // sample_elements))
-    sample = flat[::stride].detach().to("cpu").contiguous()
+    strided = flat[::stride].detach().to("cpu")
+    # a fresh dense copy: `.contiguous()` keeps the stride of a one-element view, which torch
+    # then refuses to reinterpret as bytes
+    sample = torch.empty(strided.shape, dtype=strided.dtype).copy_(strided)
     digest = hashlib.blake2b(digest_size=8)
     digest.update(f"{flat.numel()}:{flat.dtype}".encode())
     digest.update(sample.view(torch.uint8).numpy().tobytes())
