@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from collections.abc import Sequence
 from enum import Enum
@@ -328,6 +329,7 @@ class VLLMEngine:
         }
         if self.config.block_size is not None:
             kwargs["block_size"] = self.config.block_size
+        _answer_dict_lookups_of_llvmlite()
         set_num_threads = torch.set_num_threads
         states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
         try:
@@ -403,3 +405,15 @@ class VLLMEngine:
             finish_s=finish_s,
             logprobs=logprobs,
         )
+
+
+def _answer_dict_lookups_of_llvmlite() -> None:
+    """vLLM (0.32, CPU) rebinds its kernels by reading `vars()` of every attribute of every
+    loaded module. llvmlite's `binding.ffi.lib` (loaded with numba, which the twin uses) answers
+    any unknown attribute, `__dict__` included, with a wrapped C symbol, and vLLM's start fails
+    on it ("'_lib_fn_wrapper' object has no attribute 'get'"). Give it a real, empty `__dict__`
+    answer; llvmlite has no C symbol of that name, so nothing else changes."""
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
+    if isinstance(table, dict):
+        table.setdefault("__dict__", {})

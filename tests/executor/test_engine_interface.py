@@ -91,6 +91,10 @@ def skip_without_vllm() -> None:
 @pytest.fixture(scope="module")
 def vllm_engine(model_dir):
     skip_without_vllm()
+    # The twin's numba loads llvmlite's bindings; vLLM must start beside them (a notebook or a
+    # test session has both): its kernel rebinding once failed on llvmlite's `lib`.
+    import llvmlite.binding  # noqa: F401
+
     from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     engine = VLLMEngine(VLLMEngineConfig(model_path=model_dir, max_model_len=MAX_SEQ_LEN))
