@@ -290,17 +290,18 @@ def test_a_resume_continues_the_dataset_order_and_a_raising_reward_stops_cleanly
     # one version fresher than one_step_off's lineage rule expects, so the lineage is not checked)
 
     meta = (out / ckpt.CHECKPOINT_DIR / "meta.json").read_bytes()
-    raising = longer.model_copy(
-        update={
-            "num_steps": 7,
-            "reward": longer.reward.model_copy(update={"path": str(job_files / "raising.py")}),
-        }
-    )
-    with pytest.raises(RewardFunctionError) as caught:
-        run_live(raising, out_dir=out, resume=True)
+    # the user's reward file now raises (a resume accepts the same run only: same reward path)
+    reward_file = Path(longer.reward.path)
+    original = reward_file.read_bytes()
+    reward_file.write_bytes((job_files / "raising.py").read_bytes())
+    try:
+        with pytest.raises(RewardFunctionError) as caught:
+            run_live(longer.model_copy(update={"num_steps": 7}), out_dir=out, resume=True)
+    finally:
+        reward_file.write_bytes(original)
     message = str(caught.value)
     assert len(message.splitlines()) == 1
-    assert "compute_score" in message and "raising.py" in message
+    assert "compute_score" in message and reward_file.name in message
     assert "KeyError" in message and "prompt 24 sample" in message
     assert (out / ckpt.CHECKPOINT_DIR / "meta.json").read_bytes() == meta
     assert json.loads(meta)["next_step"] == 6
