@@ -252,7 +252,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
 
 
 def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
-    run = runs("killed")
+    run = runs("killed", "--steps", "1000")  # still stepping when killed, however fast steps are
     run.wait_for_checkpoint()
     time.sleep(2.0)  # the watchdog notes every process at least once
     run.note_processes()
