@@ -240,6 +240,7 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
             "costs": costs,
             "facts": flags.run_facts(*fact_flags),
             "strict": strict,
+            "config_name": config,
         }
         if out is None:
             result = run_replay(**replay)
