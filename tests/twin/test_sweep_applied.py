@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from twin_scenarios import raw
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
@@ -21,20 +22,7 @@ from dynaresize.twin.trace_source import open_trace
 
 TRACE = Path(str(files("dynaresize") / "data" / "verl_one_step_off_example.jsonl"))
 TRACE_STEPS = 60
-SCENARIO = {
-    "name": "eight",
-    "cluster": {
-        "gpus_per_node": 8,
-        "intra_node_bandwidth_gbps": 300,
-        "gpu_memory_gb": 96,
-        "candidate_allocations": ["5:3", "4:4", "3:5"],
-        "initial_allocation": "4:4",
-    },
-    "model": {"num_params_b": 1},
-    "workload": {"preset": "growing_lengths", "samples_per_step": 32},
-    "simulation": {"num_steps": 40},
-    "policies": [{"kind": "hysteresis"}],
-}
+SCENARIO = raw(policies=[{"kind": "hysteresis"}])
 
 
 @pytest.fixture(autouse=True)
