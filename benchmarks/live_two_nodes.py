@@ -11,8 +11,10 @@ two per node, overlapped resizes 2:2 -> 3:1 -> 2:2 ...: a trainer slice crosses 
 node_b, then back), records its batches, trains on the very same batches without resizing, and
 checks:
 - lineage: every sample trained exactly once, at the expected weights versions;
-- state: final master weights and AdamW moments of both runs agree (rtol 1e-4, atol 1e-6: the
-  gradient of a step is summed in a different order over a different split, docs/live-executor.md);
+- state: final master weights and AdamW moments of both runs agree as whole vectors, relative
+  error below `STATE_RELATIVE_ERROR_BOUND` (1e-3, the bound the resize-semantics tests hold every
+  strategy to; derived where it is defined): above any rounding a different split causes, far
+  below a zeroed or stale moment or a lost update;
 - the moves: every transfer's path, bytes and seconds (cross-node over gloo, same-node through
   shared memory), per path and per phase, and seconds per GB of each path from the same run;
 - cleanup: no staging segment or pipe left in either node's folders, both nodes stopped.
@@ -45,6 +47,28 @@ SMALL_MODEL = {
 """About 27 M parameters: 0.1 GB of fp32 master weights, so a move is large enough to time."""
 
 NODES = [("node_a", 2), ("node_b", 2)]
+
+STATE_KEYS = ("master", "exp_avg", "exp_avg_sq")
+STATE_RELATIVE_ERROR_BOUND = 1e-3
+"""Largest |a - b| / |b| (2-norms of whole vectors) by which the resized run's master weights or
+AdamW moments may differ from the run without resizes: the bound of
+tests/executor/test_resize_semantics.py.
+
+Rounding stays far below it. The two runs train on the same batches, but each step's gradient
+is summed over a different split (2 or 3 trainers, micro-batches of another composition, then
+the all-reduce), so the same fp32 numbers are added in another order and each sum differs by a
+few units of roundoff (2^-24, about 6e-8) relative to the terms added. AdamW carries such
+differences forward without damping them, and over K steps they add up at most linearly: the
+whole-vector error stays near K x 1e-7 (5e-8 to 2e-7 after 8 AdamW steps on gradients summed
+whole and in three parts). An element-wise atol cannot say this: entries near zero (most of
+exp_avg_sq, weights crossing zero) differ by more than 1e-6 at that same rounding (1.25e-6 in
+one run), while relative to the vector the difference is about 1e-6 or less.
+
+A real loss stays far above it: a zeroed moment is off by exactly 1; exp_avg one step stale by
+(1 - beta1) |g_k - m_(k-1)| / |m_k|, about 0.1 to 0.5; exp_avg_sq one step stale by about
+1 / (k + 1) after k + 1 steps (at least 0.1 for these runs of 8 steps at most; it would reach
+1e-3 only near 1 / (1 - beta2) = 1000 steps); master weights missing one update by about
+lr x |update| / |w| (0.02 at lr 1e-3 in the same 8-step run)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,17 +199,34 @@ def _lineage(out: Path, live: Any) -> dict[str, Any]:
 
 
 def _state(resized_out: Path, static_out: Path) -> dict[str, Any]:
-    import torch
-
     from dynaresize.executor import checkpoint as ckpt
 
     resized, static = ckpt.load(resized_out), ckpt.load(static_out)
-    diffs, matches = {}, resized.next_step == static.next_step
-    for key in ("master", "exp_avg", "exp_avg_sq"):
-        a, b = resized.vectors[key], static.vectors[key]
-        diffs[key] = float((a - b).abs().max())
-        matches = matches and bool(torch.allclose(a, b, rtol=1e-4, atol=1e-6))
-    return {"state_matches_no_resize_run": matches, "state_max_abs_diff": diffs}
+    report = compare_states(resized.vectors, static.vectors)
+    report["state_steps"] = [resized.next_step, static.next_step]
+    if resized.next_step != static.next_step:
+        report["state_matches_no_resize_run"] = False
+    return report
+
+
+def relative_error(a: Any, b: Any) -> float:
+    """|a - b| / |b| over the whole vector (2-norms)."""
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def compare_states(resized: dict[str, Any], static: dict[str, Any]) -> dict[str, Any]:
+    """Whether the trainer states (master weights and both AdamW moments, full vectors) agree
+    within `STATE_RELATIVE_ERROR_BOUND`, with each vector's relative error and largest
+    element difference (the latter reported, not judged)."""
+    errors = {key: relative_error(resized[key], static[key]) for key in STATE_KEYS}
+    return {
+        "state_matches_no_resize_run": all(e < STATE_RELATIVE_ERROR_BOUND for e in errors.values()),
+        "state_relative_error": errors,
+        "state_relative_error_bound": STATE_RELATIVE_ERROR_BOUND,
+        "state_max_abs_diff": {
+            key: float((resized[key] - static[key]).abs().max()) for key in STATE_KEYS
+        },
+    }
 
 
 def _moves(out: Path, address: str, slot_names: list[str]) -> dict[str, Any]:
@@ -253,9 +294,11 @@ def _print_summary(report: dict[str, Any]) -> None:
     placed = [f"{name} workers {entry['workers']}" for name, entry in report["nodes"].items()]
     print(f"nodes: {', '.join(placed)}")
     print(f"cross-node moves: {report['cross_node_moves']}")
+    errors = ", ".join(f"{k} {v:.1e}" for k, v in report["state_relative_error"].items())
     print(
         f"lineage ok: {report['lineage_ok']}; state matches the run without resizes: "
-        f"{report['state_matches_no_resize_run']} (max |diff| {report['state_max_abs_diff']})"
+        f"{report['state_matches_no_resize_run']} (relative error {errors}; bound "
+        f"{report['state_relative_error_bound']:g})"
     )
     for path, totals in report["paths"].items():
         gb = totals["bytes"] / 1e9

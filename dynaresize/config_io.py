@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import AliasChoices, BaseModel, ValidationError
 
 __all__ = [
     "MAX_YAML_DEPTH",
@@ -28,6 +28,7 @@ __all__ = [
     "format_validation_error",
     "load_yaml_mapping",
     "parse_yaml_mapping",
+    "refuse_two_names",
 ]
 
 MAX_YAML_DEPTH = 64
@@ -140,6 +141,29 @@ def format_validation_error(err: ValidationError, source: str | None = None) -> 
         msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{loc}: {msg}" if loc else msg)
     return (f"{source}: " if source else "") + "; ".join(parts)
+
+
+def refuse_two_names(model: type[BaseModel], data: Any) -> None:
+    """Raise ValueError when `data` (the raw mapping of a `model`) gives one field under two of
+    its names: the current one (first of its `AliasChoices`) and an old one still read.
+
+    Without it pydantic takes one name and calls the other an extra input, which hides that
+    the user wrote the same setting twice, perhaps with two different values."""
+    if not isinstance(data, dict):
+        return
+    for name, info in model.model_fields.items():
+        choices = info.validation_alias
+        if not isinstance(choices, AliasChoices):
+            continue
+        names = [c for c in choices.choices if isinstance(c, str)] or [name]
+        given = [n for n in names if n in data]
+        if len(given) > 1:
+            current = names[0]
+            old = ", ".join(n for n in given if n != current)
+            raise ValueError(
+                f"{' and '.join(given)} are both given: {old} is the old name of {current}; "
+                f"keep only {current}"
+            )
 
 
 def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -204,6 +204,17 @@ class SampleRecord(_Record):
     finish_s: float | None = Field(
         default=None, ge=0, description="Clock when its generation finished (s), if known."
     )
+    data_source: str | None = Field(
+        default=None,
+        description="`data_source` of the dataset row whose prompt the sample answers (veRL's "
+        "field: the dataset or task it came from); None without a dataset file.",
+    )
+    extra_info_index: str | None = Field(
+        default=None,
+        description="`extra_info.index` of that dataset row, as text (veRL's preprocessing "
+        "writes the row's index in its split, some datasets a string id); None where the row "
+        "has none.",
+    )
 
 
 class ExtraMetricRecord(_Record):

@@ -22,7 +22,12 @@ from pydantic import (
     model_validator,
 )
 
-from dynaresize.config_io import ConfigError, format_validation_error, load_yaml_mapping
+from dynaresize.config_io import (
+    ConfigError,
+    format_validation_error,
+    load_yaml_mapping,
+    refuse_two_names,
+)
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
@@ -63,6 +68,14 @@ _WORKLOAD_TOKEN_FIELDS = ("prompt_median_tokens", "max_prompt_tokens", "max_resp
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_field(cls, data: Any) -> Any:
+        """A field given under its name and its old name (candidate_topologies) is one clear
+        error saying which to keep, not an 'extra input'."""
+        refuse_two_names(cls, data)
+        return data
+
 
 class ClusterConfig(_Strict):
     """The GPUs, how they are linked and the train:rollout splits the run may use."""
@@ -92,7 +105,7 @@ class ClusterConfig(_Strict):
         min_length=1,
         validation_alias=AliasChoices("candidate_allocations", "candidate_topologies"),
         description="Train:rollout splits the run may use, written as '6:2' (the older name "
-        "candidate_topologies is read too).",
+        "candidate_topologies is read too; giving both is an error).",
     )
     rollout_tensor_parallel_size: int = Field(
         default=1, ge=1, description="GPUs per rollout engine replica (tensor parallel size)."

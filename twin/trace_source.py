@@ -23,6 +23,7 @@ from ..traces.importers import (
     detect_format,
     import_trace,
     sidecar_options,
+    sidecar_path,
 )
 from ..traces.io import Trace
 from ..traces.workload import Workload
@@ -36,22 +37,35 @@ def open_trace(
     lenient: bool = False,
     facts: RunFacts | None = None,
     config_split: Allocation | None = None,
+    config_name: str | os.PathLike | None = None,
 ) -> Trace:
     """The trace at `path`, imported from a foreign format when needed (raises TraceError).
 
     A foreign log's run facts come from, in order: `facts` (the user's flags), its sidecar file,
-    and for the split `config_split` (a config's initial split); what none of them says the
-    importer infers or assumes and notes."""
+    and for the split `config_split` (the initial split of the config `config_name`); what none
+    of them says the importer infers or assumes and notes. A GPU count the log contradicts is
+    refused naming the log and the input that gave the count."""
     location = Path(path)
     if not location.exists():
         raise FileNotFoundError(2, "no such trace", str(location))
-    trace = _open(location, lenient=lenient, facts=facts or RunFacts(), config_split=config_split)
+    trace = _open(
+        location,
+        lenient=lenient,
+        facts=facts or RunFacts(),
+        config_split=config_split,
+        config_name=config_name,
+    )
     check_replayable(trace)
     return trace
 
 
 def _open(
-    location: Path, *, lenient: bool, facts: RunFacts, config_split: Allocation | None
+    location: Path,
+    *,
+    lenient: bool,
+    facts: RunFacts,
+    config_split: Allocation | None,
+    config_name: str | os.PathLike | None,
 ) -> Trace:
     if detect_format(location) is TraceFormat.NATIVE:
         return import_trace(location, lenient=lenient)
@@ -63,6 +77,7 @@ def _open(
     if options is not sidecar:
         said.append("the command's flags")
     has_split = options is not None and bool(options.train_gpus and options.rollout_gpus)
+    split_from_config = config_split is not None and not has_split
     if config_split is not None and not has_split:
         options = (options or ImportOptions()).model_copy(
             update={
@@ -73,12 +88,32 @@ def _open(
         said.append("the config's initial_allocation (the split)")
     if not said:
         return import_trace(location, lenient=lenient)
-    trace = import_trace(
-        location, options=options, lenient=lenient, facts_source=" and ".join(said)
+    count_from = _gpu_count_source(
+        location, facts, sidecar, config_name if split_from_config else None
     )
+    trace = import_trace(location, options=options, lenient=lenient, facts_source=count_from)
     note = f"run facts (GPU split, batch size, model) from {' and '.join(said)}"
     trace.meta = trace.meta.model_copy(update={"notes": [note, *trace.meta.notes]})
     return trace
+
+
+def _gpu_count_source(
+    location: Path,
+    facts: RunFacts,
+    sidecar: ImportOptions | None,
+    config_name: str | os.PathLike | None,
+) -> str:
+    """Which input gave the GPU count the importer checks against the log (the flags' split,
+    else the sidecar's num_gpus or split, else the config's split), by the name the user gave."""
+    if facts.has_split:
+        return "the flags --train-gpus and --rollout-gpus"
+    if sidecar is not None and (
+        sidecar.num_gpus is not None or (sidecar.train_gpus and sidecar.rollout_gpus)
+    ):
+        return f"the sidecar {sidecar_path(location)}"
+    if config_name is not None:
+        return f"cluster.initial_allocation of the config {config_name}"
+    return "the config's cluster.initial_allocation"
 
 
 def trace_notes(trace: Trace) -> list[str]:

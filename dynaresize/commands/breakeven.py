@@ -56,7 +56,9 @@ def breakeven(
         facts = flags.run_facts(train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
         scenario = load_run_config(config) if config is not None else None
         split = scenario.cluster.initial_allocation if scenario is not None else None
-        loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split)
+        loaded = open_trace(
+            trace, lenient=lenient, facts=facts, config_split=split, config_name=config
+        )
         context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
         if strict:
             refuse_assumed(context.assumed)

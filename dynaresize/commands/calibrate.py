@@ -63,7 +63,8 @@ def calibrate(
         scenario = load_run_config(config) if config is not None else None
         split = scenario.cluster.initial_allocation if scenario is not None else None
         traces = [
-            open_trace(path, lenient=lenient, facts=facts, config_split=split) for path in trace
+            open_trace(path, lenient=lenient, facts=facts, config_split=split, config_name=config)
+            for path in trace
         ]
         context = context_from_config(scenario, traces, facts=facts)
         if strict:

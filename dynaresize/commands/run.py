@@ -240,6 +240,7 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
             "costs": costs,
             "facts": flags.run_facts(*fact_flags),
             "strict": strict,
+            "config_name": config,
         }
         if out is None:
             result = run_replay(**replay)
@@ -275,13 +276,11 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
 def _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf) -> None:
     from dynaresize.config import load_run_config, resolve_config_path
     from dynaresize.config_io import ConfigError
-    from dynaresize.extras import require_live_extra
+    from dynaresize.extras import check_live_install, require_live_extra
     from dynaresize.twin import default_out_dir
 
     with user_errors(config):
         require_live_extra("--mode live")
-        from dynaresize.executor.driver import run_live
-
         if config is None:
             raise ConfigError("--mode live needs --config FILE with a `live:` section")
         if resume and out is None:
@@ -309,6 +308,11 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         config_dir = resolve_config_path(config).resolve().parent
         live = resolve_job_paths(run_config.live, config_dir)
         run_config = run_config.model_copy(update={"live": live})
+        # Before anything imports transformers' models or starts Ray: a set of packages that
+        # cannot run is one line naming the fix, not an import error in every worker.
+        check_live_install("--mode live", uses_vllm=live.rollout_engine.kind.value == "vllm")
+        from dynaresize.executor.driver import run_live
+
         destination = out or default_out_dir(run_config.output.runs_dir)
         from dynaresize.executor.job.reward import RewardFunctionError
         from dynaresize.executor.runtime import WorkerLostError

@@ -155,6 +155,51 @@ def test_older_name_candidate_topologies_still_reads(tmp_path):
     assert "candidate_allocations" in config.model_dump()["cluster"]
 
 
+@pytest.mark.parametrize("old_value", ["same", "different"])
+def test_a_field_given_under_its_name_and_its_old_name_says_which_to_keep(tmp_path, old_value):
+    data = raw()
+    listed = list(data["cluster"]["candidate_allocations"])
+    data["cluster"]["candidate_topologies"] = listed if old_value == "same" else listed[:1]
+    path = write(tmp_path, data, "both.yaml")
+    for load in (load_config, load_run_config):
+        with pytest.raises(ConfigError) as err:
+            load(str(path))
+        message = str(err.value)
+        assert message.startswith(f"{path}: cluster: ")
+        assert "candidate_allocations and candidate_topologies are both given" in message
+        assert "keep only candidate_allocations" in message
+        assert "Extra inputs" not in message
+
+
+@pytest.mark.parametrize(
+    ("section", "old", "new", "keep"),
+    [
+        ("cluster", {"candidate_topologies": ["3:1"]}, {}, "candidate_allocations"),
+        (
+            "live",
+            {"rollout_engines": "resident"},
+            {"rollout_engine": {"release": "keep"}},
+            "rollout_engine.release",
+        ),
+        (
+            "live",
+            {"staging": {"reuse_communicators": True}},
+            {"overlapped": {"reuse_communicators": True}},
+            "overlapped.reuse_communicators",
+        ),
+    ],
+)
+def test_every_old_name_beside_its_new_one_in_a_run_config_says_which_to_keep(
+    tmp_path, section, old, new, keep
+):
+    data = yaml.safe_load(resolve_config_path("live_cpu").read_text())
+    data[section] = {**data[section], **old, **new}
+    with pytest.raises(ConfigError) as err:
+        load_run_config(str(write(tmp_path, data, "both.yaml")))
+    message = str(err.value)
+    assert f"only {keep}" in message and "Extra inputs" not in message
+
+
 @pytest.mark.parametrize(
     ("text", "words"),
     [

@@ -95,8 +95,9 @@ def import_trace(
     facts_source: str | None = None,
 ) -> Trace:
     """Read any supported trace or log into a `Trace`; `trace.meta.notes` lists what was
-    inferred and `trace.skipped` what lenient reading dropped. `facts_source` names where given
-    `options` came from, for an error when the log contradicts them."""
+    inferred and `trace.skipped` what lenient reading dropped. `facts_source` names where the GPU
+    count in `options` came from (default: the sidecar, by its path), for an error when the log
+    contradicts it: the user must know which input to correct."""
     path = Path(path)
     kind = detect_format(path) if format == "auto" else TraceFormat(format)
     if kind is TraceFormat.NATIVE:
@@ -104,12 +105,9 @@ def import_trace(
     from_sidecar = options is None and sidecar_path(path).is_file()
     options = options if options is not None else sidecar_options(path)
     if kind is TraceFormat.VERL:
-        facts = (
-            f"{sidecar_path(path).name} ({path.name}'s sidecar)"
-            if from_sidecar
-            else "the run facts"
-        )
-        trace = import_verl(path, options=options, lenient=lenient, facts_source=facts)
+        if facts_source is None:
+            facts_source = f"the sidecar {sidecar_path(path)}" if from_sidecar else "the run facts"
+        trace = import_verl(path, options=options, lenient=lenient, facts_source=facts_source)
     else:
         trace = import_csv(path, _pick_mapping(path, mapping), options=options, lenient=lenient)
     if from_sidecar:

@@ -290,9 +290,10 @@ def _check_gpu_facts(
         return
     line = rows[int(np.flatnonzero(logged)[0])].line
     raise TraceError(
-        f"{facts_source} give {spelled} = {given} GPUs, but perf/throughput implies "
-        f"{counts[0]} on every line (perf/total_num_tokens / (perf/throughput x "
-        f"perf/time_per_step), first at {Path(source).name} line {line}): correct the GPU count",
+        f"{spelled} = {given} GPUs (from {facts_source}), but perf/throughput implies "
+        f"{counts[0]} on every line of {Path(source).name} (perf/total_num_tokens / "
+        f"(perf/throughput x perf/time_per_step), first at line {line}): correct the GPU count "
+        f"in {facts_source}",
         source=source,
         line=line,
         field="perf/throughput",

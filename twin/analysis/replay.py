@@ -436,6 +436,7 @@ def run_replay(
     lenient: bool = False,
     facts: RunFacts | None = None,
     strict: bool = False,
+    config_name: str | os.PathLike[str] | None = None,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
@@ -443,11 +444,13 @@ def run_replay(
     built from the trace's metadata, `facts` (the user's flags) and stated assumptions
     (twin.analysis_context); `strict` refuses any assumption. `policies` are policy configs,
     mappings or CLI specs (`KIND[:key=value,...]`); None takes the config's policies (or
-    hysteresis). `costs` replaces fitting with the given parameters.
+    hysteresis). `costs` replaces fitting with the given parameters. `config_name` names the
+    config in messages (default: `config` when it is a path).
     """
     scenario = load_config(config) if isinstance(config, str | os.PathLike) else config
     split = scenario.cluster.initial_allocation if scenario is not None else None
-    loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split)
+    named = config if isinstance(config, str | os.PathLike) else config_name
+    loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split, config_name=named)
     context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
     if strict:
         refuse_assumed(context.assumed)

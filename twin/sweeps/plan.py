@@ -8,6 +8,12 @@ hashes the sweep format, the code (`code_fingerprint`), the trace's content, the
 resolved config; its static baselines and offline optimum form a separate task keyed without
 the policy, shared by every run of the same workload, seed and policy-independent settings.
 Every point is validated while planning, before anything runs.
+
+Every value a row reports is one its run used. A trace's workload is the one it recorded, so on a
+trace a swept `simulation.num_steps` replays the trace's first N steps (more than it holds is
+refused), and what a trace run would ignore is refused before anything runs: a workload field,
+and more than one seed. The workload seed of every run is the sweep's own (`seeds`), so sweeping
+`simulation.seed` is refused too.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from .tasks import BaselineTask, RunTask, trace_num_steps
 
 SWEEP_FORMAT_VERSION = 1
 """Part of every key: bump it when what a run computes changes, and old caches stop matching."""
+
+SEED_PATH = "simulation.seed"
+STEPS_PATH = "simulation.num_steps"
+WORKLOAD_SECTION = "workload"
 
 
 @dataclass(frozen=True)
@@ -186,10 +196,13 @@ def plan_sweep(
     paths = [p.path for p in parsed]
     policy_indices = policies_with_fields(config, paths)
     unswept = policies_without_fields(config, paths)
+    sources = _sources(config, workloads, traces)
+    seed_values = _seeds(seeds)
+    _refuse_ignored_settings(paths, sources, seed_values)
     plan = SweepPlan(param_paths=paths, notes=[u.note() for u in unswept])
-    for source in _sources(config, workloads, traces):
+    for source in sources:
         trace_steps, trace_digest = _trace_steps(source)
-        for seed in _seeds(seeds):
+        for seed in seed_values:
             base = _base_config(config, source, seed, trace_steps)
             identity = json.dumps(
                 {
@@ -206,6 +219,7 @@ def plan_sweep(
                 marker = repr(sorted(config_part.items()))
                 if marker not in resolved_by_config_part:
                     resolved = apply_overrides(base, config_part)
+                    _check_trace_long_enough(resolved, source, trace_steps)
                     baseline_json = resolved.model_copy(update={"policies": []}).model_dump_json()
                     baseline = BaselineTask(
                         _digest(identity, "baseline", baseline_json),
@@ -232,6 +246,45 @@ def plan_sweep(
                         _planned(identity, resolved, policy, policy_index, point, source, baseline)
                     )
     return plan
+
+
+def _refuse_ignored_settings(
+    paths: list[str], sources: list[WorkloadSource], seeds: list[int]
+) -> None:
+    """Refuse a swept setting that some run would not use, so that no row reports it."""
+    if SEED_PATH in paths:
+        raise ConfigError(
+            f"sweep parameter {SEED_PATH!r}: the sweep sets every run's workload seed itself "
+            "(--seeds N runs seeds 0 to N-1, in the seed column); sweep seeds with --seeds"
+        )
+    traced = [s.label for s in sources if s.trace_path is not None]
+    if not traced:
+        return
+    for path in paths:
+        if path == WORKLOAD_SECTION or path.startswith(WORKLOAD_SECTION + "."):
+            raise ConfigError(
+                f"sweep parameter {path!r} does not reach the trace {traced[0]}: a trace's "
+                "workload is the one it recorded; sweep workload settings over --workload "
+                "presets, in a sweep without --trace"
+            )
+    if len(seeds) > 1:
+        raise ConfigError(
+            f"--seeds {len(seeds)} with the trace {traced[0]}: a trace's workload is recorded, "
+            "not drawn from a seed, so every seed would repeat the same run; sweep traces with "
+            "one seed (presets with several in a sweep of their own)"
+        )
+
+
+def _check_trace_long_enough(
+    resolved: ScenarioConfig, source: WorkloadSource, trace_steps: int | None
+) -> None:
+    """A run on a trace replays its first `simulation.num_steps` steps: no more than it holds."""
+    steps = resolved.simulation.num_steps
+    if trace_steps is not None and steps > trace_steps:
+        raise ConfigError(
+            f"sweep parameter {STEPS_PATH}={steps}: the trace {source.label} has {trace_steps} "
+            f"steps; sweep at most {trace_steps} (a run on a trace replays its first N steps)"
+        )
 
 
 def _planned(

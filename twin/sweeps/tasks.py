@@ -80,7 +80,9 @@ def _context(context_key: str, config: ScenarioConfig, task: RunTask | BaselineT
         return _CONTEXTS[context_key]
     workload = None
     if task.trace_path is not None:
+        # the trace's first simulation.num_steps steps (planning checked that it holds them)
         workload = _trace_workload(task.trace_path, task.trace_digest)
+        workload = workload.slice_steps(0, min(config.simulation.num_steps, workload.num_steps))
     ctx = build_context(config, workload=workload, costs=config.costs, seed=task.seed)
     _CONTEXTS[context_key] = ctx
     while len(_CONTEXTS) > CONTEXTS_KEPT:
