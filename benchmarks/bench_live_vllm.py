@@ -40,9 +40,9 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     import ray
 
     from dynaresize.config import load_run_config
-    from dynaresize.executor.cluster import start
+    from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
     from dynaresize.traces.io import read_trace
 
     live = load_run_config(name).live

@@ -133,7 +133,7 @@ class Sequence:
         self._seed = 0
 
     def step(self, strategy) -> None:
-        from dynaresize.executor.strategies.harness import BenchWorker
+        from dynaresize.executor.testing.harness import BenchWorker
 
         rt = self.rt
         strategy.before_train(rt)
@@ -175,10 +175,10 @@ def _phase(p) -> dict[str, Any]:
 
 def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) -> dict:
     from dynaresize.executor.config import OverlappedMechanisms
-    from dynaresize.executor.strategies.harness import restart_bench_workers
-    from dynaresize.executor.strategies.measure import resize_costs
+    from dynaresize.executor.observe.measure import resize_costs
     from dynaresize.executor.strategies.overlapped import OverlappedStrategy
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
+    from dynaresize.executor.testing.harness import restart_bench_workers
 
     if switches is None:
         strategy = StopAndRebuildStrategy(actor_factory=restart_bench_workers)
@@ -209,7 +209,7 @@ def bench_model(model: str, args, on_variant) -> dict:
     import ray
 
     from dynaresize.executor.config import DeviceKind, LiveConfig, StagingSettings
-    from dynaresize.executor.strategies.harness import BenchWorker, start_runtime
+    from dynaresize.executor.testing.harness import BenchWorker, start_runtime
 
     config = LiveConfig(
         model=model_spec(model, device=args.device),

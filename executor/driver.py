@@ -13,24 +13,10 @@ from typing import Any
 from dynaresize.config_io import ConfigError
 from dynaresize.twin.config import ScenarioConfig
 
-from . import checkpoint as ckpt
-from .cluster import start
-from .config import DeviceKind, LiveConfig
-from .engine_memory import resolve_release
-from .job.live_job import resolve_job_paths
-from .job.reward import RewardFunctionError
-from .placement import check_address
-from .preflight import prepare_run
-from .resume_check import record_resume
-from .session import (
-    CONFIG_FILE,
-    FAULT_FILE,
-    SETUP_FILE,
-    WORKERS_FILE,
-    LiveResult,
-    LiveSession,
-)
-from .shutdown import (
+from .cluster.engine_memory import resolve_release
+from .cluster.placement import check_address
+from .cluster.ray_cluster import start
+from .cluster.shutdown import (
     Guard,
     RendezvousFolder,
     bounded,
@@ -38,6 +24,13 @@ from .shutdown import (
     sweep_left_staging,
     write_fault,
 )
+from .config import DeviceKind, LiveConfig
+from .job.live_job import resolve_job_paths
+from .job.reward import RewardFunctionError
+from .preflight import prepare_run
+from .run_folder import checkpoint as ckpt
+from .run_folder.resume_check import record_resume
+from .session import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE, LiveResult, LiveSession
 
 __all__ = [
     "CONFIG_FILE",

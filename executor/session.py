@@ -36,28 +36,23 @@ from dynaresize.policies.types import Allocation, StageTimes, StepObservation
 from dynaresize.traces.schema import RunMeta
 from dynaresize.twin.config import ScenarioConfig
 
-from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
-from .cluster import Cluster
+from .cluster.placement import node_notes
+from .cluster.ray_cluster import Cluster
+from .cluster.runtime import Calls, Runtime
+from .cluster.worker_setup import SetupReport, set_up_workers
 from .config import LiveConfig, PipelineMode
-from .cost_feedback import ResizeCostFeedback, decision_cost_source
-from .estimates import CandidateEstimator
-from .job.live_job import (
-    export_policy,
-    prepare_prompt_source,
-)
+from .job.live_job import export_policy, prepare_prompt_source
 from .job.prompt_source import PromptItem, PromptSource
-from .placement import node_notes
-from .published_weights import PublishedWeights, append_published
-from .published_weights import start_file as start_weights_file
-from .records import RunRecorder
-from .resize import PhaseTiming, ResizeStrategy
+from .observe.cost_feedback import ResizeCostFeedback, decision_cost_source
+from .observe.estimates import CandidateEstimator
+from .observe.setup_prior import SOURCE as PRIOR_SOURCE
+from .observe.setup_prior import prior_from_setup, prior_over_measured, write_prior_check
 from .roles import RoleMap
-from .rollout import RolloutReport, collect_batch
-from .runtime import Calls, Runtime
-from .setup_prior import SOURCE as PRIOR_SOURCE
-from .setup_prior import prior_from_setup, prior_over_measured, write_prior_check
-from .shards import full_vectors
+from .run_folder import checkpoint as ckpt
+from .run_folder.published_weights import PublishedWeights, append_published
+from .run_folder.published_weights import start_file as start_weights_file
+from .run_folder.records import RunRecorder
 from .step_records import (
     ResizeLabel,
     StepClock,
@@ -70,10 +65,12 @@ from .step_records import (
     transfer_records,
 )
 from .strategies.catalog import build_strategy
-from .trainer import TrainReport
-from .worker import LiveWorker
-from .worker_engine import check_sync_digests
-from .worker_setup import SetupReport, set_up_workers
+from .strategies.strategy import PhaseTiming, ResizeStrategy
+from .worker.actor import LiveWorker
+from .worker.engine import check_sync_digests
+from .worker.rollout import RolloutReport, collect_batch
+from .worker.shards import full_vectors
+from .worker.trainer import TrainReport
 
 FAULT_FILE = "fault.json"
 WORKERS_FILE = "workers.json"

@@ -30,11 +30,11 @@ from dynaresize.traces.schema import (
 from dynaresize.traces.transfers import TransferRecord, to_extra
 
 from .batch import RolloutBatch
-from .objective import LogprobGap
-from .records import LineageRecord
-from .resize import PhaseTiming
 from .roles import RoleMap
-from .trainer import TrainReport
+from .run_folder.records import LineageRecord
+from .strategies.strategy import PhaseTiming
+from .worker.objective import LogprobGap
+from .worker.trainer import TrainReport
 
 
 @dataclass(frozen=True)

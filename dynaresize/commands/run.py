@@ -310,8 +310,8 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         live = resolve_job_paths(run_config.live, config_dir)
         run_config = run_config.model_copy(update={"live": live})
         destination = out or default_out_dir(run_config.output.runs_dir)
+        from dynaresize.executor.cluster.runtime import WorkerLostError
         from dynaresize.executor.job.reward import RewardFunctionError
-        from dynaresize.executor.runtime import WorkerLostError
 
         try:
             result = run_live(
@@ -327,7 +327,10 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
             print(f"records and last checkpoint kept in {destination}; continue with --resume")
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            from dynaresize.executor.shutdown import INTERRUPTED_EXIT_CODE, interrupted_message
+            from dynaresize.executor.cluster.shutdown import (
+                INTERRUPTED_EXIT_CODE,
+                interrupted_message,
+            )
 
             line = interrupted_message(
                 destination,

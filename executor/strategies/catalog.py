@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dynaresize.traces.phases import StrategyName
 
-from ..resize import ResizeStrategy
 from .host_sync import HostSyncStrategy
 from .overlapped import OverlappedStrategy
 from .stop_and_rebuild import StopAndRebuildStrategy
+from .strategy import ResizeStrategy
 
 STRATEGIES: dict[StrategyName, type[ResizeStrategy]] = {
     StrategyName.HOST_SYNC: HostSyncStrategy,

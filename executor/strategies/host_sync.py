@@ -25,11 +25,11 @@ from ray import ObjectRef
 
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..cluster.runtime import Runtime
 from ..roles import RoleMap
-from ..runtime import Runtime
-from ..shards import ShardLayout, ShardState, sources_of
-from ..worker import LiveWorker
+from ..worker.actor import LiveWorker
+from ..worker.shards import ShardLayout, ShardState, sources_of
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy
 
 
 def export_shards_to_host(

@@ -19,15 +19,15 @@ import time
 
 from dynaresize.traces.phases import PhaseName, StrategyName
 
+from ..cluster.runtime import Runtime
 from ..config import OverlappedMechanisms
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
-from ..runtime import Runtime
 from ..staging import MIB, StagingConfig
 from ..staging.paths import TransferRoutes, TransferStat
-from ..worker import LiveWorker
+from ..worker.actor import LiveWorker
+from ..worker.slice_moves import reshard_moves, staged_bytes
 from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
-from .plan import reshard_moves, staged_bytes
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy
 
 FP32_BYTES = 4
 

@@ -20,11 +20,11 @@ import ray
 
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
-from ..cluster import PLACEMENT_GROUP_NAME, start_workers
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..cluster.ray_cluster import PLACEMENT_GROUP_NAME, start_workers
+from ..cluster.runtime import Runtime
 from ..roles import RoleMap
-from ..runtime import Runtime
-from ..worker import LiveWorker
+from ..worker.actor import LiveWorker
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""

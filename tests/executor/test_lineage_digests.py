@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.lineage import _check_digests
-from dynaresize.executor.records import LineageRecord
+from dynaresize.executor.run_folder.lineage import _check_digests
+from dynaresize.executor.run_folder.records import LineageRecord
 
 
 def _row(step: int, version: int, digest: str | None) -> LineageRecord:
@@ -42,10 +42,10 @@ def test_digests_not_labels_decide() -> None:
 @pytest.mark.live
 @pytest.mark.timeout(600)
 def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_path) -> None:
-    from dynaresize.executor.cluster import start
+    from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.worker import LiveWorker
-    from dynaresize.executor.worker_engine import WeightsMismatchError
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.engine import WeightsMismatchError
 
     config = LiveConfig.model_validate(
         {

@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from dynaresize.executor.cluster import start
+from dynaresize.executor.cluster.ray_cluster import start
 from dynaresize.executor.config import LiveConfig, RolloutEngines
 from dynaresize.executor.driver import LiveSession
-from dynaresize.executor.shards import full_vectors
-from dynaresize.executor.worker import LiveWorker
+from dynaresize.executor.worker.actor import LiveWorker
+from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.traces.io import read_trace
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]

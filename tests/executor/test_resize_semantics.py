@@ -68,7 +68,7 @@ def _strategies():
 def session(tmp_path_factory, _ray_started):
     import ray
 
-    from dynaresize.executor.cluster import start
+    from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
 
     if not ray.is_initialized():
@@ -86,8 +86,8 @@ def session(tmp_path_factory, _ray_started):
 
 
 def _trainer_state(session) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import full_vectors
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.shards import full_vectors
 
     rt = session.runtime
     shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
@@ -97,8 +97,8 @@ def _trainer_state(session) -> dict[str, torch.Tensor]:
 def _reset(session, initial: dict[str, torch.Tensor]) -> None:
     """Every worker back to the initial weights, the optimizer before its first step."""
     from dynaresize.executor.roles import RoleMap
-    from dynaresize.executor.shards import ShardLayout, shards_from_full
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.shards import ShardLayout, shards_from_full
 
     rt = session.runtime
     assert rt.roles == RoleMap.for_allocation(CONFIG.initial_allocation)
@@ -117,8 +117,8 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     """STEPS steps from the initial state with `strategy` resizing after the given steps;
     the samples of every batch and the trainer state at the end."""
     from dynaresize.executor.job.live_job import prepare_prompt_source
-    from dynaresize.executor.records import RunRecorder
     from dynaresize.executor.roles import RoleMap
+    from dynaresize.executor.run_folder.records import RunRecorder
     from dynaresize.traces.schema import RunMeta
 
     _reset(session, initial)

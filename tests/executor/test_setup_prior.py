@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dynaresize.executor.setup_prior import PRIOR_FILE, prior_from_setup, write_prior_check
+from dynaresize.executor.observe.setup_prior import PRIOR_FILE, prior_from_setup, write_prior_check
 from dynaresize.traces.phases import StrategyName
 
 # setup.json of a 4-worker tiny CPU run (seconds)
@@ -37,7 +37,7 @@ def test_the_run_folder_says_how_far_the_prior_was(tmp_path) -> None:
 
 
 def test_the_decision_after_the_first_resize_says_how_far_the_prior_was() -> None:
-    from dynaresize.executor.setup_prior import prior_over_measured
+    from dynaresize.executor.observe.setup_prior import prior_over_measured
     from dynaresize.executor.step_records import decision_record
     from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
     from dynaresize.traces.schema import DecisionRecord

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import psutil
 
-from dynaresize.executor import shutdown
+from dynaresize.executor.cluster import shutdown
+from dynaresize.executor.cluster.watchdog import REFRESH_S
 from dynaresize.executor.staging.ring import POOL_PREFIX, staging_entries
-from dynaresize.executor.watchdog import REFRESH_S
 
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_DRIVER = textwrap.dedent(
     """
     import subprocess, sys, time
-    from dynaresize.executor.shutdown import Guard
+    from dynaresize.executor.cluster.shutdown import Guard
     guard = Guard.start()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(child.pid, flush=True)

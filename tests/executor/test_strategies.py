@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynaresize.executor.observe.measure import resize_costs
 from dynaresize.executor.roles import RoleMap
-from dynaresize.executor.shards import ShardLayout
-from dynaresize.executor.strategies.measure import resize_costs
-from dynaresize.executor.strategies.plan import reshard_moves
+from dynaresize.executor.worker.shards import ShardLayout
+from dynaresize.executor.worker.slice_moves import reshard_moves
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName
 
@@ -79,7 +79,7 @@ def test_resize_cost_is_the_gap_and_the_first_step_slowdown() -> None:
 
 ray = pytest.importorskip("ray")
 
-from dynaresize.executor.worker import LiveWorker  # noqa: E402
+from dynaresize.executor.worker.actor import LiveWorker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def live_config():
 def runtime(live_config, _ray_started):
     from ray.util.placement_group import remove_placement_group
 
-    from dynaresize.executor.strategies.harness import start_runtime
+    from dynaresize.executor.testing.harness import start_runtime
 
     rt, group, started = start_runtime(live_config)
     yield rt
@@ -111,7 +111,7 @@ def runtime(live_config, _ray_started):
 
 
 def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import shards_from_full
+    from dynaresize.executor.worker.shards import shards_from_full
 
     gen = torch.Generator().manual_seed(optimizer_step)
     vectors = {
@@ -131,7 +131,7 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
 
 
 def _current_vectors(rt) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import full_vectors
+    from dynaresize.executor.worker.shards import full_vectors
 
     shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("exporting")
     return full_vectors(list(shards.values()))

@@ -46,8 +46,8 @@ def job_config():
 def kill_when_the_master_slices_move(out: Path) -> tuple[dict, Callable[[], None]]:
     """Wrap the driver's remote calls: right after the move of the master slices starts, the
     victim is killed (once). Returns what was killed and how to unwrap the calls."""
-    from dynaresize.executor.runtime import Runtime
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.cluster.runtime import Runtime
+    from dynaresize.executor.worker.actor import LiveWorker
 
     original = Runtime.call
     killed: dict = {}
@@ -71,9 +71,9 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
 
+    from dynaresize.executor.cluster.runtime import WorkerLostError
     from dynaresize.executor.driver import FAULT_FILE, run_live
-    from dynaresize.executor.lineage import check_lineage
-    from dynaresize.executor.runtime import WorkerLostError
+    from dynaresize.executor.run_folder.lineage import check_lineage
     from dynaresize.traces.io import read_trace
 
     config = job_config()

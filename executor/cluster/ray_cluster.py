@@ -1,0 +1,297 @@
+"""Ray for a live run: start or join a cluster, reserve one bundle per device, start the workers.
+
+The placement group is created once and kept for the whole run. Resizes change what a worker
+does, never which workers exist, so a resize never waits for Ray to schedule anything.
+
+A local cluster takes `LOCAL_NODE_IP` (127.0.0.2) as its node address: Ray keeps it (it rewrites
+127.0.0.1 to the machine's routable address), so its agents, the workers' addresses and gloo stay
+on loopback; Ray's gRPC servers (GCS, raylet, each process's core worker) and the autoscaler's
+metrics server still listen on every interface (Ray 2.60 has no setting for them), guarded by
+Ray's token authentication, with a token no other user can read (`check_token_auth`).
+docs/live-executor.md lists what listens where. A cluster elsewhere is joined at `address`, with
+the same checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import socket
+import stat
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from dynaresize.config_io import ConfigError
+
+from ..config import DeviceKind, LiveConfig
+from ..staging.ring import sweep_stale_pools
+from . import placement
+from .shutdown import bounded
+
+if TYPE_CHECKING:
+    from ..worker.actor import LiveWorker
+
+PLACEMENT_TIMEOUT_S = 120.0
+PLACEMENT_GROUP_NAME = "dynaresize-live"
+LOCAL_NODE_IP = "127.0.0.2"
+"""Node address of a local cluster: on loopback, and not 127.0.0.1, which Ray rewrites."""
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
+AUTH_TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
+WORKER_EXIT_WAIT_S = 10.0
+"""How long shutdown waits for killed workers to exit before sweeping their staging."""
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot hold the run (too few CPUs or GPUs for the bundles asked)."""
+
+
+def worker_env() -> dict[str, str]:
+    """Environment every worker starts with: one thread per library (workers share the cores)."""
+    return {
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NCCL_NVLS_ENABLE": "0",  # NVLink multicast stays off: the GPU machines require it
+    }
+
+
+def connect(*, address: str | None, config: LiveConfig) -> bool:
+    """Join `address`, reuse a Ray session already started in this process, or start one.
+
+    Returns True when this call started Ray (so the caller shuts it down at the end).
+    """
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": worker_env()}
+    check_token_auth(address)
+    if address is not None:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        return True
+    num_cpus = max(int(os.cpu_count() or 1), int(config.num_workers * config.cpus_per_worker) + 1)
+    kwargs: dict[str, Any] = {"num_cpus": num_cpus}
+    if config.device is DeviceKind.CUDA:
+        kwargs["num_gpus"] = config.num_gpus
+    runtime_env["env_vars"]["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's pairs on loopback too
+    ray.init(
+        _node_ip_address=LOCAL_NODE_IP,
+        include_dashboard=False,
+        runtime_env=runtime_env,
+        log_to_driver=True,
+        **kwargs,
+    )
+    return True
+
+
+def check_token_auth(address: str | None) -> None:
+    """Every cluster the run starts or joins uses Ray's token authentication (Ray's servers
+    listen on every interface), with a token no other user can read: RAY_AUTH_TOKEN, or the file
+    RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token names. A local run without any token writes a fresh
+    one there, readable by its owner only (Ray would write it readable by everyone)."""
+    where = f"--address {address}" if address is not None else "local Ray cluster"
+    mode = os.environ.get(AUTH_MODE_ENV)
+    if address is not None and (mode or "").lower() != "token":
+        raise ConfigError(
+            f"{where}: set {AUTH_MODE_ENV}=token (and the cluster's token in {AUTH_TOKEN_ENV} "
+            f"or a file {AUTH_TOKEN_PATH_ENV} names): a live run joins only clusters that "
+            "require Ray's token authentication"
+        )
+    if mode is not None and mode.lower() != "token":
+        raise ConfigError(
+            f"{AUTH_MODE_ENV}={mode}: a live run needs Ray's token authentication (Ray's "
+            f"servers listen on every interface); unset {AUTH_MODE_ENV} or set it to token"
+        )
+    if os.environ.get(AUTH_TOKEN_ENV):
+        return
+    token_file = token_path()
+    if address is None and not token_file.exists():
+        write_token(token_file)
+    check_token_file(token_file, where=where)
+
+
+def token_path() -> Path:
+    """The token file Ray reads: RAY_AUTH_TOKEN_PATH, else ~/.ray/auth_token."""
+    return Path(os.environ.get(AUTH_TOKEN_PATH_ENV) or Path.home() / ".ray" / "auth_token")
+
+
+def write_token(token_file: Path) -> None:
+    """A new random token, created readable by its owner only (never over an existing file)."""
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+
+
+def check_token_file(token_file: Path, *, where: str) -> None:
+    """The token file exists and only its owner may read it."""
+    try:
+        mode_bits = token_file.stat().st_mode
+    except OSError:
+        raise ConfigError(
+            f"{where}: no Ray token: {token_file} is missing and {AUTH_TOKEN_ENV} is not set"
+        ) from None
+    if mode_bits & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            f"{where}: Ray's token file {token_file} can be read by other users "
+            f"(mode {stat.S_IMODE(mode_bits):o}); run chmod 600 {token_file}"
+        )
+
+
+def bundle_for(config: LiveConfig) -> dict[str, float]:
+    """Resources of one worker's bundle: a CPU share, and a GPU share when on CUDA."""
+    bundle = {"CPU": config.cpus_per_worker}
+    if config.device is DeviceKind.CUDA:
+        bundle["GPU"] = gpu_share(config)
+    return bundle
+
+
+def gpu_share(config: LiveConfig) -> float:
+    """Fraction of a GPU per worker: whole GPUs when there are enough, else an equal share."""
+    if config.num_gpus >= config.num_workers:
+        return 1.0
+    workers_per_gpu = -(-config.num_workers // config.num_gpus)
+    return 1.0 / workers_per_gpu
+
+
+@dataclass
+class Cluster:
+    """The placement group and the long-lived worker actors, one per bundle."""
+
+    placement: PlacementGroup
+    workers: list[Any]
+    started_ray: bool
+    worker_pids: list[int] = field(default_factory=list)
+    """Process ids of the workers on this machine (set once they answer)."""
+    notes: list[str] = field(default_factory=list)
+    """What the trace's notes must say about the cluster (e.g. that it is oversubscribed)."""
+
+    def shutdown(self) -> None:
+        """Stop the workers, free the bundles and the staging they held, stop Ray if this run
+        started it. Every step is bounded (`shutdown.bounded`): a dead GCS or raylet cannot keep
+        the driver from exiting."""
+        nodes: list[str] = []
+        bounded(lambda: nodes.extend(placement.bundle_nodes(self.placement)), what="listing nodes")
+        for worker in self.workers:
+            with contextlib.suppress(Exception):  # already dead: nothing left to release
+                ray.kill(worker, no_restart=True)
+        wait_for_exit(self.worker_pids, timeout_s=WORKER_EXIT_WAIT_S)
+        bounded(lambda: remove_placement_group(self.placement), what="removing the bundles")
+        sweep_stale_pools()  # pools of killed workers on this machine
+        if len(nodes) > 1:  # shared memory and pipes of killed workers, on every node
+            bounded(lambda: placement.sweep_nodes(nodes), what="sweeping other nodes")
+        if self.started_ray:
+            bounded(ray.shutdown, what="stopping Ray")
+
+
+def wait_for_exit(pids: list[int], *, timeout_s: float) -> None:
+    """Wait until the processes `pids` on this machine have exited (at most `timeout_s`)."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            procs.append(psutil.Process(pid))
+    psutil.wait_procs(procs, timeout=timeout_s)
+
+
+def reserve(config: LiveConfig) -> PlacementGroup:
+    """One bundle per device, placed as `live.placement` says (packed onto as few nodes as the
+    cluster allows unless told otherwise); a cluster that can never hold them is refused at
+    once."""
+    bundles = placement.worker_bundles(config, base=bundle_for(config))
+    placement.check_capacity(config, bundles)
+    group = placement_group(
+        bundles, strategy=placement.ray_strategy(config), name=PLACEMENT_GROUP_NAME
+    )
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(group)
+        raise ClusterError(
+            f"the cluster could not place {config.num_workers} bundles of {bundles[0]} within "
+            f"{PLACEMENT_TIMEOUT_S:.0f} s (available: {ray.available_resources()})"
+        )
+    return group
+
+
+def start_workers(
+    config: LiveConfig, group: PlacementGroup, *, actor_cls: type[LiveWorker] | None = None
+) -> list[Any]:
+    """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden.
+
+    `actor_cls` is the worker class (`LiveWorker` when None; tools pass a subclass of it).
+    """
+    if actor_cls is None:
+        from ..worker.actor import LiveWorker  # here, not above: worker.py imports this module
+
+        actor_cls = LiveWorker
+    remote_cls = ray.remote(actor_cls)
+    share = bundle_for(config)
+    bundle_of = placement.bundle_order(group, config)  # the workers of a node: consecutive ids
+    workers = []
+    for worker_id in range(config.num_workers):
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=group, placement_group_bundle_index=bundle_of[worker_id]
+        )
+        workers.append(
+            remote_cls.options(
+                num_cpus=share["CPU"],
+                num_gpus=share.get("GPU", 0.0),
+                scheduling_strategy=strategy,
+                max_restarts=0,
+                max_concurrency=1,
+                name=None,
+            ).remote(worker_id=worker_id, config_json=config.model_dump_json())
+        )
+    return workers
+
+
+def free_port() -> int:
+    """A TCP port free on this host right now (for the torch.distributed rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def oversubscription(config: LiveConfig, *, address: str | None) -> str | None:
+    """A note when the workers outnumber the cores (CPU runs) or the GPUs (CUDA runs) they run
+    on: their timings then include contention, which calibration must not take as costs. A local
+    run counts this machine's cores (Ray's CPU count is raised to fit the workers); a joined
+    cluster, the CPUs it reports."""
+    if config.device is DeviceKind.CUDA:
+        if config.num_workers > config.num_gpus:
+            return f"oversubscribed: {config.num_workers} workers on {config.num_gpus} GPUs"
+        return None
+    if address is None:
+        cores = int(os.cpu_count() or 1)
+    else:
+        cores = int(ray.cluster_resources().get("CPU", 0))
+    if config.num_workers > cores:
+        return f"oversubscribed: {config.num_workers} workers on {cores} CPU cores"
+    return None
+
+
+def start(config: LiveConfig, *, address: str | None) -> Cluster:
+    started = connect(address=address, config=config)
+    try:
+        group = reserve(config)
+        note = oversubscription(config, address=address)
+    except BaseException:  # Ctrl-C while waiting for the bundles too
+        if started:
+            bounded(ray.shutdown, what="stopping Ray")
+        raise
+    if note is not None:
+        print(f"warning: {note}; its timings include contention", file=sys.stderr)
+    return Cluster(
+        placement=group,
+        workers=start_workers(config, group),
+        started_ray=started,
+        notes=[note] if note else [],
+    )
