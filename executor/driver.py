@@ -22,9 +22,9 @@ from .cluster.shutdown import (
     bounded,
     sigint_ignored,
     sweep_left_staging,
-    write_fault,
 )
 from .config import DeviceKind, LiveConfig
+from .faults import write_fault
 from .job.live_job import resolve_job_paths
 from .job.reward import RewardFunctionError
 from .preflight import prepare_run

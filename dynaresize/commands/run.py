@@ -310,7 +310,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         live = resolve_job_paths(run_config.live, config_dir)
         run_config = run_config.model_copy(update={"live": live})
         destination = out or default_out_dir(run_config.output.runs_dir)
-        from dynaresize.executor.cluster.runtime import WorkerLostError
+        from dynaresize.executor.faults import WorkerLostError
         from dynaresize.executor.job.reward import RewardFunctionError
 
         try:

@@ -17,12 +17,11 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import socket
 import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -32,11 +31,9 @@ from dynaresize.config_io import ConfigError
 
 from ..config import DeviceKind, LiveConfig
 from ..staging.ring import sweep_stale_pools
+from ..worker.actor import LiveWorker
 from . import placement
 from .shutdown import bounded
-
-if TYPE_CHECKING:
-    from ..worker.actor import LiveWorker
 
 PLACEMENT_TIMEOUT_S = 120.0
 PLACEMENT_GROUP_NAME = "dynaresize-live"
@@ -229,8 +226,6 @@ def start_workers(
     `actor_cls` is the worker class (`LiveWorker` when None; tools pass a subclass of it).
     """
     if actor_cls is None:
-        from ..worker.actor import LiveWorker  # here, not above: worker.py imports this module
-
         actor_cls = LiveWorker
     remote_cls = ray.remote(actor_cls)
     share = bundle_for(config)
@@ -251,13 +246,6 @@ def start_workers(
             ).remote(worker_id=worker_id, config_json=config.model_dump_json())
         )
     return workers
-
-
-def free_port() -> int:
-    """A TCP port free on this host right now (for the torch.distributed rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def oversubscription(config: LiveConfig, *, address: str | None) -> str | None:

@@ -26,6 +26,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from dynaresize.traces.phases import Role
 
 from ..config import LiveConfig, RolloutEngines
+from ..faults import WorkerLostError
 from ..roles import RoleMap
 from ..worker.actor import LiveWorker
 
@@ -36,29 +37,6 @@ LOST_CHECK_S = 15.0
 """Longest wait to find which worker died after a peer's collective failed."""
 
 _LOST = (RayActorError, ActorDiedError, ActorUnavailableError, WorkerCrashedError)
-
-
-class WorkerLostError(RuntimeError):
-    """A worker process died (killed, crashed, out of memory) while the run needed it."""
-
-    def __init__(
-        self, *, worker_id: int, role: str, step: int, doing: str, cause: str, phase: str = "step"
-    ) -> None:
-        self.worker_id, self.role, self.step, self.doing = worker_id, role, step, doing
-        self.phase = phase
-        super().__init__(
-            f"worker {worker_id} ({role}) was lost during step {step} ({phase}) while {doing}: "
-            f"{cause}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "worker_id": self.worker_id,
-            "role": self.role,
-            "step": self.step,
-            "phase": self.phase,
-            "doing": self.doing,
-        }
 
 
 def _method_name(method: Callable[..., Any]) -> str:

@@ -8,8 +8,6 @@
   watchdog was killed too) are removed, and the run says how many.
 - `bounded` runs a cleanup step with a time limit, so that a cleanup blocked on a dead peer
   cannot keep the driver from exiting (`EXIT_BOUND_S` is the bound documented for every fault).
-- `write_fault` writes `fault.json` for whatever ended the run (a lost worker, Ctrl-C): what,
-  where (worker and role when one was lost), at which step and in which phase;
 - `RendezvousFolder` holds the file the workers of a one-machine run meet through;
 - `interrupted_message` is the one line a Ctrl-C prints: where the records and checkpoint are,
   and the command that resumes the run.
@@ -29,7 +27,6 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..staging.ring import staging_entries, sweep_stale_pools
 
@@ -137,28 +134,6 @@ def sigint_ignored() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def write_fault(path: Path, err: BaseException, progress: Any) -> None:
-    """fault.json for a run ended by a lost worker or by Ctrl-C (other errors: none)."""
-    from .runtime import WorkerLostError
-
-    record: dict[str, Any]
-    if isinstance(err, WorkerLostError):
-        record = {"kind": "worker_lost", **err.as_dict(), "message": str(err)}
-    elif isinstance(err, KeyboardInterrupt):
-        record = {
-            "kind": "interrupted",
-            "worker_id": None,
-            "role": None,
-            "step": int(progress.step),
-            "phase": str(progress.phase),
-            "message": "stopped by SIGINT (Ctrl-C)",
-        }
-    else:
-        return
-    with contextlib.suppress(OSError):
-        path.write_text(json.dumps(record))
 
 
 @dataclass

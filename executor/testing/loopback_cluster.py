@@ -23,13 +23,14 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..ports import EVERY_INTERFACE, free_port
 
 STAGING_PREFIX = "dynaresize-stage-"
 READY_LINE = "Ray runtime started."
@@ -59,13 +60,6 @@ class _Started:
     log_path: Path
     tmp_dir: Path
     shm_dir: Path
-
-
-def _free_port() -> int:
-    """A TCP port free on every interface right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -110,7 +104,7 @@ class LoopbackCluster:
             self._made_root = True
         try:
             head, *others = self.nodes
-            port = _free_port()
+            port = free_port(EVERY_INTERFACE)
             self.address = f"{head.ip}:{port}"
             self._launch(head, ["--head", f"--port={port}", "--include-dashboard=false"])
             self._wait_ready(self._started[0], timeout_s)
@@ -152,12 +146,12 @@ class LoopbackCluster:
             f'--resources={{"{node.name}": {node.slots}}}',
             f"--temp-dir={ray_dir}",
             f"--object-store-memory={self.object_store_mb * 1024 * 1024}",
-            f"--node-manager-port={_free_port()}",
-            f"--object-manager-port={_free_port()}",
-            f"--metrics-export-port={_free_port()}",
-            f"--dashboard-agent-listen-port={_free_port()}",
-            f"--dashboard-agent-grpc-port={_free_port()}",
-            f"--runtime-env-agent-port={_free_port()}",
+            f"--node-manager-port={free_port(EVERY_INTERFACE)}",
+            f"--object-manager-port={free_port(EVERY_INTERFACE)}",
+            f"--metrics-export-port={free_port(EVERY_INTERFACE)}",
+            f"--dashboard-agent-listen-port={free_port(EVERY_INTERFACE)}",
+            f"--dashboard-agent-grpc-port={free_port(EVERY_INTERFACE)}",
+            f"--runtime-env-agent-port={free_port(EVERY_INTERFACE)}",
             "--disable-usage-stats",
         ]
         log_path = base / "ray_start.log"

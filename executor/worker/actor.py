@@ -24,9 +24,9 @@ from ray import ObjectRef
 from dynaresize.traces.phases import Role
 
 from ..batch import RolloutSample
-from ..cluster.ray_cluster import free_port
 from ..job.live_job import replica_scorer, rollout_shape
 from ..job.prompt_source import PromptItem
+from ..ports import free_port
 from ..rl.model import build_model, load_flat_parameters
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap

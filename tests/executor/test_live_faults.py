@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from dynaresize.executor.cluster.runtime import WorkerLostError
 from dynaresize.executor.cluster.shutdown import EXIT_BOUND_S
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import FAULT_FILE, WORKERS_FILE, run_live
+from dynaresize.executor.faults import WorkerLostError
 from dynaresize.executor.run_folder import checkpoint
 from dynaresize.executor.run_folder.lineage import check_lineage
 from dynaresize.executor.staging.ring import POOL_PREFIX, staging_entries

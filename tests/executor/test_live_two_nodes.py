@@ -163,7 +163,7 @@ def _one_error_line(done: subprocess.CompletedProcess, *, expected: str) -> None
 
 
 def test_an_address_that_does_not_answer_is_refused_with_one_line(tmp_path) -> None:
-    from dynaresize.executor.cluster.ray_cluster import free_port
+    from dynaresize.executor.ports import free_port
 
     out = tmp_path / "run"
     address = f"127.0.0.1:{free_port()}"

@@ -71,8 +71,8 @@ def main() -> int:
     args = parser.parse_args()
     out = Path(args.out)
 
-    from dynaresize.executor.cluster.runtime import WorkerLostError
     from dynaresize.executor.driver import FAULT_FILE, run_live
+    from dynaresize.executor.faults import WorkerLostError
     from dynaresize.executor.run_folder.lineage import check_lineage
     from dynaresize.traces.io import read_trace
 
