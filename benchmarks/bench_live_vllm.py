@@ -42,6 +42,7 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     from dynaresize.config import load_run_config
     from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
+    from dynaresize.executor.strategies.catalog import live_worker_class
     from dynaresize.executor.worker.actor import LiveWorker
     from dynaresize.traces.io import read_trace
 
@@ -51,7 +52,7 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     out.mkdir(parents=True)
     load_before = os.getloadavg()
     begin = time.perf_counter()
-    cluster = start(live, address=None)
+    cluster = start(live, address=None, actor_cls=live_worker_class())
     cluster_s = time.perf_counter() - begin
     session = LiveSession(live, cluster, out, None, None)
     try:

@@ -178,10 +178,9 @@ def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) 
     from dynaresize.executor.observe.measure import resize_costs
     from dynaresize.executor.strategies.overlapped import OverlappedStrategy
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
-    from dynaresize.executor.testing.harness import restart_bench_workers
 
     if switches is None:
-        strategy = StopAndRebuildStrategy(actor_factory=restart_bench_workers)
+        strategy = StopAndRebuildStrategy()  # restarts the runtime's actor class
     else:
         strategy = OverlappedStrategy(OverlappedMechanisms(**switches))
     seq = Sequence(runtime, batch_size=batch_size, seq_len=seq_len)
@@ -226,7 +225,7 @@ def bench_model(model: str, args, on_variant) -> dict:
         worker_timeout_s=900,
     )
     began = time.perf_counter()
-    runtime, group, started = start_runtime(config, actor_cls=BenchWorker)
+    runtime, group, started = start_runtime(config, worker=BenchWorker)
     numel = runtime.call([0], BenchWorker.trainer_numel).wait("sizing")[0]
     setup_s = time.perf_counter() - began
     print(f"[{model}] {numel / 1e9:.3f} B parameters, setup {setup_s:.1f} s", flush=True)

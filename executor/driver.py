@@ -31,6 +31,7 @@ from .preflight import prepare_run
 from .run_folder import checkpoint as ckpt
 from .run_folder.resume_check import record_resume
 from .session import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE, LiveResult, LiveSession
+from .strategies.catalog import live_worker_class
 
 __all__ = [
     "CONFIG_FILE",
@@ -94,7 +95,8 @@ def run_live(
     run_config, engines = resolve_release(live, local=address is None)
     guard = Guard.start()  # kills what this run starts if the driver dies without cleaning up
     try:
-        cluster = start(run_config, address=address)  # cannot hold the run: nothing written
+        # cannot hold the run: nothing written
+        cluster = start(run_config, address=address, actor_cls=live_worker_class())
     except BaseException:
         guard.done()
         raise

@@ -64,7 +64,7 @@ from .step_records import (
     step_record,
     transfer_records,
 )
-from .strategies.catalog import build_strategy
+from .strategies.catalog import STRATEGIES, build_strategy
 from .strategies.strategy import PhaseTiming, ResizeStrategy
 from .worker.actor import LiveWorker
 from .worker.engine import check_sync_digests
@@ -125,6 +125,7 @@ class LiveSession:
             workers=cluster.workers,
             roles=RoleMap.for_allocation(allocation),
             start_wall=time.perf_counter(),
+            actor_cls=cluster.actor_cls,
         )
         self.one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
         self.policy = build_policy(live.policy)
@@ -200,7 +201,8 @@ class LiveSession:
         )
         # Resize costs the policy sees until this run has measured its own: the twin's calibrated
         # model with --costs, else a prior from this run's own setup (setup_prior.py).
-        prior = None if self.costs_path else prior_from_setup(self.strategy.name, report.timings_s)
+        parts = STRATEGIES[self.strategy.name].setup_parts
+        prior = None if self.costs_path else prior_from_setup(parts, report.timings_s)
         self.prior_s = prior.critical_s if prior else self.estimator.model_critical_s
         self.prior_source = PRIOR_SOURCE if prior else self.estimator.model_source.value
         self.cost_feedback = ResizeCostFeedback(

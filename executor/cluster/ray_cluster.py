@@ -165,6 +165,8 @@ class Cluster:
     placement: PlacementGroup
     workers: list[Any]
     started_ray: bool
+    actor_cls: type[LiveWorker]
+    """The class the workers were started from (`strategies.catalog.live_worker_class`)."""
     worker_pids: list[int] = field(default_factory=list)
     """Process ids of the workers on this machine (set once they answer)."""
     notes: list[str] = field(default_factory=list)
@@ -219,14 +221,13 @@ def reserve(config: LiveConfig) -> PlacementGroup:
 
 
 def start_workers(
-    config: LiveConfig, group: PlacementGroup, *, actor_cls: type[LiveWorker] | None = None
+    config: LiveConfig, group: PlacementGroup, *, actor_cls: type[LiveWorker]
 ) -> list[Any]:
     """One worker actor per bundle; max_restarts=0 so a killed worker is reported, not hidden.
 
-    `actor_cls` is the worker class (`LiveWorker` when None; tools pass a subclass of it).
+    `actor_cls` is the worker class: the live worker with every strategy's worker half
+    (`strategies.catalog.live_worker_class`).
     """
-    if actor_cls is None:
-        actor_cls = LiveWorker
     remote_cls = ray.remote(actor_cls)
     share = bundle_for(config)
     bundle_of = placement.bundle_order(group, config)  # the workers of a node: consecutive ids
@@ -266,7 +267,9 @@ def oversubscription(config: LiveConfig, *, address: str | None) -> str | None:
     return None
 
 
-def start(config: LiveConfig, *, address: str | None) -> Cluster:
+def start(config: LiveConfig, *, address: str | None, actor_cls: type[LiveWorker]) -> Cluster:
+    """Ray (joined or started), the run's placement group and one worker of `actor_cls` per
+    bundle."""
     started = connect(address=address, config=config)
     try:
         group = reserve(config)
@@ -279,7 +282,8 @@ def start(config: LiveConfig, *, address: str | None) -> Cluster:
         print(f"warning: {note}; its timings include contention", file=sys.stderr)
     return Cluster(
         placement=group,
-        workers=start_workers(config, group),
+        workers=start_workers(config, group, actor_cls=actor_cls),
         started_ray=started,
+        actor_cls=actor_cls,
         notes=[note] if note else [],
     )

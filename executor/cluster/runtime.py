@@ -23,9 +23,7 @@ import ray
 from ray import ObjectRef
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
-from dynaresize.traces.phases import Role
-
-from ..config import LiveConfig, RolloutEngines
+from ..config import LiveConfig
 from ..faults import WorkerLostError
 from ..roles import RoleMap
 from ..worker.actor import LiveWorker
@@ -67,6 +65,8 @@ class Runtime:
     workers: list[Any]
     roles: RoleMap
     start_wall: float
+    actor_cls: type[LiveWorker]
+    """The class the workers were started from; a strategy that replaces them starts the same."""
     step: int = 0
     weights_version: int = 0
     phase: str = "setup"
@@ -178,28 +178,6 @@ class Runtime:
             world_size=len(self.workers),
             init_method=init_method,
         ).wait("joining the world group")
-
-    def take_roles(
-        self, *, weights_version: int, lap: Callable[[str], None] = lambda _name: None
-    ) -> None:
-        """The current role map's groups, every worker's role in it, and the trainers' ranks.
-
-        With resident rollout engines the trainers build theirs here too. `lap(name)` marks the
-        end of the roles ("roles_taken") and of the resident engines ("resident_engines_built").
-        """
-        roles = self.roles
-        self.call(self.all_ids, LiveWorker.bind_groups, roles).wait("building groups")
-        for role, ids in ((Role.TRAIN, roles.trainer_ids), (Role.ROLLOUT, roles.rollout_ids)):
-            self.call(ids, LiveWorker.set_role, role, weights_version=weights_version).wait(
-                "taking a role"
-            )
-        lap("roles_taken")
-        if self.config.rollout_engines is RolloutEngines.RESIDENT:
-            self.call(roles.trainer_ids, LiveWorker.prebuild_rollout_engine).wait(
-                "building resident engines"
-            )
-            lap("resident_engines_built")
-        self.call(roles.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")
 
     @property
     def all_ids(self) -> tuple[int, ...]:

@@ -10,7 +10,8 @@ already timed, on its own hardware and with its own model, the work a resize rep
 - `stop_and_rebuild` also restarts the workers, rejoins the world group and rebuilds the model:
   `actors_started` + `world_group` + `models_built` + `roles_taken` + `first_weight_sync`.
 
-That sum is the prior until the first measurement replaces it (`cost_feedback.py`); the run
+Each strategy names those parts itself (`Strategy.setup_parts`, in `strategies/`). That sum is
+the prior until the first measurement replaces it (`cost_feedback.py`); the run
 folder's `resize_prior.json` says how far it was from the first measured resize, and so does the
 next decision record (`prior_over_measured`): the first resize's own record is written before the
 resize is measured.
@@ -19,24 +20,12 @@ resize is measured.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dynaresize.traces.phases import StrategyName
-
 PRIOR_FILE = "resize_prior.json"
 
-_SETUP_PARTS = {
-    StrategyName.OVERLAPPED: ("roles_taken", "first_weight_sync"),
-    StrategyName.HOST_SYNC: ("roles_taken", "first_weight_sync"),
-    StrategyName.STOP_AND_REBUILD: (
-        "actors_started",
-        "world_group",
-        "models_built",
-        "roles_taken",
-        "first_weight_sync",
-    ),
-}
 SOURCE = "setup"
 """How the prior was made, for the records."""
 
@@ -47,12 +36,12 @@ class ResizePrior:
     parts: tuple[str, ...]
 
 
-def prior_from_setup(strategy: StrategyName, timings_s: dict[str, float]) -> ResizePrior | None:
-    """The prior of `strategy` from the setup's timings; None when a part was not timed."""
-    parts = _SETUP_PARTS.get(strategy)
-    if parts is None or any(p not in timings_s for p in parts):
+def prior_from_setup(parts: Sequence[str], timings_s: Mapping[str, float]) -> ResizePrior | None:
+    """The prior of a strategy whose resize repeats the setup's `parts` (its
+    `Strategy.setup_parts`), from the setup's timings; None when a part was not timed."""
+    if not parts or any(p not in timings_s for p in parts):
         return None
-    return ResizePrior(critical_s=sum(float(timings_s[p]) for p in parts), parts=parts)
+    return ResizePrior(critical_s=sum(float(timings_s[p]) for p in parts), parts=tuple(parts))
 
 
 def prior_over_measured(prior_s: float, first_measured_s: float) -> float | None:

@@ -25,9 +25,16 @@ from ..roles import RoleMap
 from ..staging import MIB, StagingConfig
 from ..staging.paths import TransferRoutes, TransferStat
 from ..worker.actor import LiveWorker
+from ..worker.host_sync import HostSyncWorkerSide
+from ..worker.overlapped import OverlappedWorkerSide
 from ..worker.slice_moves import reshard_moves, staged_bytes
-from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
-from .strategy import PhaseLog, PhaseTiming, ResizeStrategy
+from .host_sync import (
+    IN_PROCESS_SETUP_PARTS,
+    export_shards_to_host,
+    restore_weights_from_host,
+    switch_roles_and_bind,
+)
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy, Strategy
 
 FP32_BYTES = 4
 
@@ -62,7 +69,7 @@ class OverlappedStrategy(ResizeStrategy):
         self.routes = locate_workers(runtime)
         names = runtime.call(
             runtime.all_ids,
-            LiveWorker.open_staging,
+            OverlappedWorkerSide.open_staging,
             candidates=list(runtime.config.candidates),
             staging=StagingConfig(
                 chunk_bytes=settings.chunk_mib * MIB,
@@ -74,11 +81,13 @@ class OverlappedStrategy(ResizeStrategy):
             routes=self.routes,
         ).wait("creating staging pools")
         self._pools = dict(names)
-        runtime.call(runtime.all_ids, LiveWorker.attach_staging_pools, pools=self._pools).wait(
-            "attaching pools"
-        )
+        runtime.call(
+            runtime.all_ids, OverlappedWorkerSide.attach_staging_pools, pools=self._pools
+        ).wait("attaching pools")
         if mech.reuse_communicators:
-            runtime.call(runtime.all_ids, LiveWorker.prewarm_groups).wait("prewarming groups")
+            runtime.call(runtime.all_ids, OverlappedWorkerSide.prewarm_groups).wait(
+                "prewarming groups"
+            )
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
@@ -88,9 +97,9 @@ class OverlappedStrategy(ResizeStrategy):
         """After the first step on a new split: collect when the background work ended."""
         if not self._background_workers:
             return
-        reports = runtime.call(self._background_workers, LiveWorker.settle_background_moves).wait(
-            "finishing background state moves"
-        )
+        reports = runtime.call(
+            self._background_workers, OverlappedWorkerSide.settle_background_moves
+        ).wait("finishing background state moves")
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
         transfers = take_transfers(runtime, tuple(reports))
@@ -115,7 +124,9 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._ready:
             return
         self.after_step(runtime)
-        runtime.call(runtime.all_ids, LiveWorker.close_staging).wait("closing staging pools")
+        runtime.call(runtime.all_ids, OverlappedWorkerSide.close_staging).wait(
+            "closing staging pools"
+        )
         self._ready = False
 
     def pop_background_phases(self) -> list[PhaseTiming]:
@@ -141,7 +152,9 @@ class OverlappedStrategy(ResizeStrategy):
         shard_refs = None
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             if mech.staging:
-                held = runtime.call(old.trainer_ids, LiveWorker.hold_shard).wait("holding shards")
+                held = runtime.call(old.trainer_ids, OverlappedWorkerSide.hold_shard).wait(
+                    "holding shards"
+                )
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
@@ -150,7 +163,7 @@ class OverlappedStrategy(ResizeStrategy):
             runtime,
             log,
             target=target,
-            bind=LiveWorker.bind_cached_groups,
+            bind=OverlappedWorkerSide.bind_cached_groups,
             bind_doing="binding groups",
         )
 
@@ -159,7 +172,7 @@ class OverlappedStrategy(ResizeStrategy):
             if mech.staging:
                 runtime.call(
                     involved,
-                    LiveWorker.move_master_slices,
+                    OverlappedWorkerSide.move_master_slices,
                     moves=moves,
                     pools=self._pools,
                     transfer_base=self._next_transfer_ids(len(moves)),
@@ -178,7 +191,7 @@ class OverlappedStrategy(ResizeStrategy):
             if mech.staging:
                 runtime.call(
                     involved,
-                    LiveWorker.move_moment_slices,
+                    OverlappedWorkerSide.move_moment_slices,
                     moves=moves,
                     pools=self._pools,
                     transfer_base=self._next_transfer_ids(len(moves)),
@@ -190,7 +203,7 @@ class OverlappedStrategy(ResizeStrategy):
                     extra["transfers"] = take_transfers(runtime, involved)
             elif mech.defer_optimizer:
                 runtime.call(
-                    target.trainer_ids, LiveWorker.defer_host_moments, optimizer_step=step
+                    target.trainer_ids, OverlappedWorkerSide.defer_host_moments, optimizer_step=step
                 ).wait("deferring moments")
             else:
                 runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
@@ -202,7 +215,7 @@ class OverlappedStrategy(ResizeStrategy):
         if shard_refs is not None:
             with log.phase(PhaseName.POSTPROCESS):
                 del shard_refs
-                runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait(
+                runtime.call(runtime.all_ids, HostSyncWorkerSide.drop_stash).wait(
                     "releasing exported state"
                 )
         return log.phases
@@ -226,5 +239,24 @@ def locate_workers(runtime: Runtime) -> TransferRoutes:
 
 def take_transfers(runtime: Runtime, worker_ids: tuple[int, ...]) -> tuple[TransferStat, ...]:
     """The transfers the workers received since the last call, in worker order."""
-    logs = runtime.call(worker_ids, LiveWorker.take_transfer_log).wait("collecting transfers")
+    logs = runtime.call(worker_ids, OverlappedWorkerSide.take_transfer_log).wait(
+        "collecting transfers"
+    )
     return tuple(stat for w in sorted(logs) for stat in logs[w])
+
+
+OVERLAPPED = Strategy(
+    driver=OverlappedStrategy,
+    worker=OverlappedWorkerSide,
+    phases=(
+        PhaseName.STATE_EXPORT,
+        PhaseName.ROLLOUT_RELEASE,
+        PhaseName.WORKER_REINIT,
+        PhaseName.ROLLOUT_REINIT,
+        PhaseName.COMM_PREWARM,
+        PhaseName.WEIGHT_RESTORE,
+        PhaseName.OPTIMIZER_RESTORE,
+        PhaseName.POSTPROCESS,
+    ),
+    setup_parts=IN_PROCESS_SETUP_PARTS,
+)

@@ -1,6 +1,11 @@
-"""The resize slot: how the workers move from one split to another at a step boundary.
+"""What a resize strategy is: one `Strategy` object, and the slot its driver half fills.
 
-`ResizeStrategy` is the slot every strategy fills (`strategies/`: host_sync, overlapped,
+A `Strategy` names everything of one way to resize: its driver half (a `ResizeStrategy`), its
+worker half (methods the live worker's actor class gains), the phases it records and the setup
+parts its resize repeats (the prior before a resize is measured). `catalog.STRATEGIES` lists
+every strategy, one line each.
+
+`ResizeStrategy` is the slot every driver half fills (`strategies/`: host_sync, overlapped,
 stop_and_rebuild). The driver calls `resize()` at a step boundary and records the phases it
 returns under the shared phase names; `after_step()` lets a strategy do background work between
 resizes (a communicator cache prewarms there) and `before_train()` is the synchronisation point a
@@ -19,8 +24,10 @@ from typing import Any
 from dynaresize.traces.phases import PhaseName, StrategyName
 
 from ..cluster.runtime import Runtime
+from ..cluster.worker_setup import SetupPart
 from ..roles import RoleMap
 from ..staging.paths import TransferStat
+from ..worker.state import WorkerState
 
 
 @dataclass(frozen=True)
@@ -93,3 +100,24 @@ class ResizeStrategy(ABC):
     @abstractmethod
     def resize(self, runtime: Runtime, *, target: RoleMap) -> list[PhaseTiming]:
         """Move the workers from `runtime.roles` to `target`; set `runtime.roles`."""
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to resize, in one place: what `catalog.STRATEGIES` holds, one per name."""
+
+    driver: type[ResizeStrategy]
+    """The driver half: carries out a resize through the runtime (one object per run)."""
+    worker: type[WorkerState]
+    """The worker half: the methods the driver half calls on the workers; the actor class of
+    the live worker includes it (`catalog.live_worker_class`)."""
+    phases: tuple[PhaseName, ...]
+    """Every phase a resize records, in the order it runs them (the twin's name for each piece
+    of the work; `twin.costs.resize_strategies.STRATEGY_COSTS` says which table prices them)."""
+    setup_parts: tuple[SetupPart, ...]
+    """The parts of the setup a resize repeats: their sum is the resize-cost prior until a
+    resize is measured (`observe/setup_prior.py`)."""
+
+    @property
+    def name(self) -> StrategyName:
+        return self.driver.name

@@ -9,7 +9,6 @@ for them and nothing else; `BenchWorker` is the live worker with a fixed load st
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import torch
 from ray.util.placement_group import PlacementGroup
@@ -19,7 +18,7 @@ from ..cluster.runtime import Runtime
 from ..cluster.worker_setup import set_up_workers
 from ..config import LiveConfig
 from ..roles import RoleMap
-from ..strategies.stop_and_rebuild import restart_workers
+from ..strategies.catalog import live_worker_class
 from ..worker.actor import LiveWorker
 
 
@@ -67,23 +66,20 @@ class BenchWorker(LiveWorker):
 
 
 def start_runtime(
-    config: LiveConfig, *, actor_cls: type[LiveWorker] = LiveWorker
+    config: LiveConfig, *, worker: type[LiveWorker] = LiveWorker
 ) -> tuple[Runtime, PlacementGroup, bool]:
-    """Ray (joined or started), the placement group, the workers, and the driver's setup
-    (`worker_setup.set_up_workers`)."""
+    """Ray (joined or started), the placement group, workers of `worker` with every strategy's
+    worker half, and the driver's setup (`cluster.worker_setup.set_up_workers`)."""
     started = connect(address=None, config=config)
     group = reserve(config)
+    actor_cls = live_worker_class(worker)
     workers = start_workers(config, group, actor_cls=actor_cls)
     runtime = Runtime(
         config=config,
         workers=workers,
         roles=RoleMap.for_allocation(config.initial_allocation),
         start_wall=time.perf_counter(),
+        actor_cls=actor_cls,
     )
     set_up_workers(runtime)
     return runtime, group, started
-
-
-def restart_bench_workers(runtime: Runtime) -> list[Any]:
-    """Actor factory for `stop_and_rebuild` when the workers are `BenchWorker`s."""
-    return restart_workers(runtime, actor_cls=BenchWorker)

@@ -5,21 +5,24 @@ membership in the world process group and the groups of the current split. A rol
 rollout replica) is a small object built on top; switching role drops one object and builds the
 other, with no actor teardown and no new process, which is what keeps a resize cheap.
 
-Methods are called by the driver (executor/driver.py) through Ray; collective methods must be
-called on every member of the group at once.
+Methods are called by the driver through Ray (`cluster/runtime.py`); collective methods must be
+called on every member of the group at once. A resize strategy's worker half (`host_sync.py`,
+`overlapped.py`, `stop_and_rebuild.py`) is a class of methods over the same `WorkerState`; the
+driver's strategy registry (`strategies/catalog.py`) names them, and `with_worker_halves`
+makes the actor class of the live worker and all of them.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 import ray
 import torch
 import torch.distributed as dist
-from ray import ObjectRef
 
 from dynaresize.traces.phases import Role
 
@@ -30,21 +33,19 @@ from ..ports import free_port
 from ..rl.model import build_model, load_flat_parameters
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
-from .overlapped import OverlappedWorkerSide
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
-from .shards import ShardLayout, ShardState, recut
-from .stop_and_rebuild import StopAndRebuildWorkerSide
+from .shards import ShardLayout, ShardState
+from .state import WorkerState
 from .trainer import TrainerRole, TrainReport, flat_numel
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
-class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
-    """A Ray actor (the cluster wraps it with `ray.remote`): the worker's own methods here, the
-    strategies' worker sides from its bases, its state declared in `WorkerState`."""
+class LiveWorker(WorkerState):
+    """The worker's own methods, whatever the resize strategy; its state is declared in
+    `WorkerState`. The class a Ray actor is made of adds every strategy's worker half to it
+    (`with_worker_halves`)."""
 
-    _stash: ObjectRef[ShardState] | None = None
-    """This trainer's exported slice in the object store (host_sync), until dropped."""
     _fault_stale_weights: bool = False
     """Fault injection (`inject_fault`): as a replica, advance the weights version label at a
     weight sync without loading the weights."""
@@ -194,19 +195,6 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
     def export_shard(self) -> ShardState:
         return self._trainer().export_shard()
 
-    def stash_shard(self) -> tuple[list[ObjectRef[ShardState]], int]:
-        """Copy this rank's slice to host memory (the object store) and return a reference.
-
-        The reference comes back inside a list so that the driver passes it on without
-        fetching the state itself; the receivers fetch what they need.
-        """
-        shard = self._trainer().export_shard()
-        self._stash = ray.put(shard)
-        return [self._stash], shard.nbytes()
-
-    def drop_stash(self) -> None:
-        self._stash = None
-
     def trainer_numel(self) -> int:
         return flat_numel(self.model)
 
@@ -220,24 +208,13 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
         trainer.load_moments({})
         return time.perf_counter() - start
 
-    def restore_weights(self, *, old_shard_refs: list[ObjectRef[ShardState]]) -> int:
-        """Take this rank's master slice, re-cut from the old ranks' slices (host memory).
-
-        Returns the bytes fetched. The moments are kept aside for restore_optimizer.
-        """
-        old_shards: list[ShardState] = ray.get(old_shard_refs)
-        trainer = self._trainer()
-        shard = recut(old_shards, trainer.layout, trainer.rank)
-        trainer.load_weights(shard.master, optimizer_step=shard.optimizer_step)
-        self._pending_moments = shard.moments
-        return sum(s.nbytes() for s in old_shards)
-
     def load_shard(self, shard: ShardState) -> None:
         """Take a whole slice at once (a checkpoint restore)."""
         self._trainer().load_shard(shard)
 
     def restore_optimizer(self) -> float:
-        """Load the moments staged by restore_weights into this rank's AdamW."""
+        """Load the moments a weight restore staged (from host or from disk) into this rank's
+        AdamW."""
         start = time.perf_counter()
         self._trainer().load_moments(self._pending_moments)
         self._pending_moments = {}
@@ -307,3 +284,21 @@ class LiveWorker(OverlappedWorkerSide, StopAndRebuildWorkerSide):
     def flat_weights(self) -> torch.Tensor:
         """The model's weights as one host vector (tests compare runs with it)."""
         return torch.cat([p.detach().reshape(-1).float().cpu() for p in self.model.parameters()])
+
+
+def with_worker_halves(
+    base: type[LiveWorker], halves: Sequence[type[WorkerState]]
+) -> type[LiveWorker]:
+    """The actor class: `base` (the live worker, or a subclass of it) with the methods of every
+    worker half in `halves`, each once. Named after `base`, so the actor keeps its name in Ray's
+    listings."""
+    listed = tuple(dict.fromkeys(halves))
+    # a half that another one builds on (overlapped on host_sync) comes in through that one
+    unique = tuple(
+        h
+        for h in listed
+        if not issubclass(base, h) and not any(o is not h and issubclass(o, h) for o in listed)
+    )
+    if not unique:
+        return base
+    return type(base.__name__, (base, *unique), {"__doc__": base.__doc__})

@@ -27,6 +27,7 @@ from ..staging import StagingConfig, StagingPool, StagingSender
 from ..staging.paths import TransferRoutes
 from .comm_cache import CommunicatorCache, GroupKind
 from .deferred_optimizer import DeferredOptimizerState, LoadedState
+from .host_sync import HostSyncWorkerSide
 from .routed import RoutedTransfers
 from .shards import OPTIMIZER_TENSORS
 from .slice_moves import SliceMove
@@ -88,7 +89,7 @@ def _bytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-class OverlappedWorkerSide(RoutedTransfers):
+class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
     """Methods of the live worker that the overlapped strategy calls."""
 
     _staging_pool: StagingPool

@@ -44,6 +44,7 @@ def test_digests_not_labels_decide() -> None:
 def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_path) -> None:
     from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
+    from dynaresize.executor.strategies.catalog import live_worker_class
     from dynaresize.executor.worker.actor import LiveWorker
     from dynaresize.executor.worker.engine import WeightsMismatchError
 
@@ -64,7 +65,7 @@ def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_pat
     # An honest run passes the same check with digests: test_live_run checks its resized run.
     out = tmp_path / "stale"
     out.mkdir()
-    cluster = start(config, address=None)
+    cluster = start(config, address=None, actor_cls=live_worker_class())
     session = LiveSession(config, cluster, out, None, None)
     try:
         rt = session.runtime

@@ -11,6 +11,7 @@ import torch
 from dynaresize.executor.cluster.ray_cluster import start
 from dynaresize.executor.config import LiveConfig, RolloutEngines
 from dynaresize.executor.driver import LiveSession
+from dynaresize.executor.strategies.catalog import live_worker_class
 from dynaresize.executor.worker.actor import LiveWorker
 from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.traces.io import read_trace
@@ -43,7 +44,7 @@ def _run(out, engines: RolloutEngines, device: str):
             "checkpoint_every_steps": None,
         }
     )
-    cluster = start(config, address=None)
+    cluster = start(config, address=None, actor_cls=live_worker_class())
     session = LiveSession(config, cluster, out, None, None)
     try:
         session.run()

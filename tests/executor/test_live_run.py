@@ -24,6 +24,7 @@ from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.run_folder import checkpoint as ckpt
 from dynaresize.executor.run_folder.lineage import LineageError, check_lineage
 from dynaresize.executor.run_folder.records import LINEAGE_JSONL
+from dynaresize.executor.strategies.catalog import live_worker_class
 from dynaresize.executor.worker.actor import LiveWorker
 from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.policies.types import Allocation
@@ -174,7 +175,7 @@ def replayed_session(resized_run, tmp_path_factory):
         checkpoint_every_steps=None,
     )
     out = tmp_path_factory.mktemp("static")
-    cluster = start(config, address=None)
+    cluster = start(config, address=None, actor_cls=live_worker_class())
     session = LiveSession(config, cluster, out, None, None)
     try:
         session.run()

@@ -70,11 +70,12 @@ def session(tmp_path_factory, _ray_started):
 
     from dynaresize.executor.cluster.ray_cluster import start
     from dynaresize.executor.driver import LiveSession
+    from dynaresize.executor.strategies.catalog import live_worker_class
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     out = tmp_path_factory.mktemp("semantics")
-    cluster = start(CONFIG, address=None)
+    cluster = start(CONFIG, address=None, actor_cls=live_worker_class())
     live = LiveSession(CONFIG, cluster, out, None, None)
     try:
         live.setup()
