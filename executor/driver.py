@@ -30,7 +30,8 @@ from .job.reward import RewardFunctionError
 from .preflight import prepare_run
 from .run_folder import checkpoint as ckpt
 from .run_folder.resume_check import record_resume
-from .session import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE, LiveResult, LiveSession
+from .run_folder.run_log import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE
+from .session import LiveResult, LiveSession
 from .strategies.catalog import live_worker_class
 
 __all__ = [

@@ -24,7 +24,6 @@ records and last checkpoint intact; `resume=True` continues from that checkpoint
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -50,9 +49,7 @@ from .observe.setup_prior import SOURCE as PRIOR_SOURCE
 from .observe.setup_prior import prior_from_setup, prior_over_measured, write_prior_check
 from .roles import RoleMap
 from .run_folder import checkpoint as ckpt
-from .run_folder.published_weights import PublishedWeights, append_published
-from .run_folder.published_weights import start_file as start_weights_file
-from .run_folder.records import RunRecorder
+from .run_folder.run_log import RunLog, run_meta, write_setup, write_workers
 from .step_records import (
     ResizeLabel,
     StepClock,
@@ -71,11 +68,6 @@ from .worker.engine import check_sync_digests
 from .worker.rollout import RolloutReport, collect_batch
 from .worker.shards import full_vectors
 from .worker.trainer import TrainReport
-
-FAULT_FILE = "fault.json"
-WORKERS_FILE = "workers.json"
-SETUP_FILE = "setup.json"
-CONFIG_FILE = "config.json"
 
 
 @dataclass
@@ -139,7 +131,7 @@ class LiveSession:
         self.last_resize: ResizeLabel | None = None
         self.prior_check: float | None = None  # prediction / first measured resize, record next
         """The last resize, for its background phases, recorded once they have ended."""
-        self.recorder: RunRecorder | None = None
+        self.log: RunLog | None = None
         self.estimator: CandidateEstimator | None = None
         self.cost_feedback: ResizeCostFeedback | None = None
         self.cluster_notes = [*cluster.notes, *(notes or [])]  # the driver's: engines' release
@@ -163,7 +155,7 @@ class LiveSession:
             self._record_background(self.strategy.pop_background_phases())
             if step + 1 < live.num_steps:  # no boundary after the last step to act on
                 self._decide(step, batch)
-            self._recorder().sync()
+            self._log().sync()
             self._checkpoint_if_due(step + 1, pending)
         exported = self._export() if live.export_hf_dir is not None else None
         return LiveResult(
@@ -191,7 +183,7 @@ class LiveSession:
             self.runtime, restored=self.restored, on_started=self._write_worker_infos
         )
         self.numel = report.numel
-        (self.out / SETUP_FILE).write_text(json.dumps(report.timings_s, indent=2))
+        write_setup(self.out, report.timings_s)
         self.estimator = CandidateEstimator.for_run(
             self.live,
             num_params=report.numel,
@@ -211,14 +203,7 @@ class LiveSession:
             fallback_source=self.estimator.model_source,
             fallback_replaces=prior is not None,
         )
-        self.recorder = RunRecorder(
-            self.out,
-            meta=self._meta(report),
-            resume_from_step=self.restored.next_step if self.restored else None,
-        )
-        start_weights_file(
-            self.out, resume_version=self.restored.weights_version if self.restored else None
-        )
+        self.log = RunLog(self.out, meta=self._meta(report), restored=self.restored)
         self._record_published()
 
     def _record_published(self, digest: str | None = None) -> None:
@@ -228,30 +213,19 @@ class LiveSession:
         source = rt.roles.trainer_ids[0]
         if digest is None:
             digest = rt.call([source], LiveWorker.weights_fingerprint).wait("digest")[source]
-        append_published(
-            self.out,
-            PublishedWeights(
-                weights_version=rt.weights_version, digest=digest, published_by_device=source
-            ),
-        )
+        self._log().published(weights_version=rt.weights_version, digest=digest, by_worker=source)
 
     def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
         """Process id, host and device of every worker (workers.json), for fault reports."""
         self.worker_infos = infos
-        (self.out / WORKERS_FILE).write_text(json.dumps(infos))
+        write_workers(self.out, infos)
 
     def close(self, *, quiet: bool = False) -> None:
         """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
         not raised over the error that ended the run; the JSONL records stay either way."""
         self._close_engines(quiet=quiet)
-        if self.recorder is None:
-            return
-        try:
-            self.recorder.finish()
-        except Exception:
-            self.recorder.close()
-            if not quiet:
-                raise
+        if self.log is not None:
+            self.log.close(quiet=quiet)
 
     def release(self) -> None:
         """After a run that ended well: the strategy's staging pools and communicator caches,
@@ -373,7 +347,7 @@ class LiveSession:
             prior_over_measured=self.prior_check,
         )
         self.prior_check = None
-        self._recorder().write([record])
+        self._log().write([record])
         if target is not None:
             self._resize(step, target, predicted_s=record.predicted_resize_critical_s or 0.0)
 
@@ -392,7 +366,7 @@ class LiveSession:
         rt.phase = "step"
         critical_s = rt.clock() - begin
         self.last_resize = label
-        self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
+        self._log().write([*phase_records(label, phases), *transfer_records(label, phases)])
         if not self.measured_resize_s:
             write_prior_check(
                 self.out,
@@ -450,8 +424,7 @@ class LiveSession:
         )
         self.resize_before_step = None
         self._estimates()[1].observe_step_record(record)
-        self._recorder().write([record, *sample_records(step, batch)])
-        self._recorder().write_lineage(lineage_records(step, batch, reports))
+        self._log().step(record, sample_records(step, batch), lineage_records(step, batch, reports))
         self.recent.append(stage_times(record, roles.allocation))
 
     def _record_background(self, phases: list[PhaseTiming]) -> None:
@@ -459,30 +432,15 @@ class LiveSession:
         if phases and self.last_resize is not None:
             label = self.last_resize
             records = [*phase_records(label, phases), *transfer_records(label, phases)]
-            self._recorder().write(records)
+            self._log().write(records)
 
     def _meta(self, setup: SetupReport) -> RunMeta:
-        device_name = setup.device_name
-        allocation = self.runtime.roles.allocation
-        return RunMeta(
-            source="executor",
-            cluster=f"{self.live.num_workers} workers on {device_name}",
-            gpu_type=device_name,
-            num_gpus=self.live.num_workers,
-            model_name=json.dumps(
-                self.live.model.model_dump(mode="json", exclude_unset=True), sort_keys=True
-            ),
-            model_params_b=setup.numel / 1e9,
-            pipeline_mode=self.live.pipeline,
-            start_train_gpus=allocation.train_gpus,
-            start_rollout_gpus=allocation.rollout_gpus,
+        return run_meta(
+            self.live,
+            device_name=setup.device_name,
+            num_params=setup.numel,
+            allocation=self.runtime.roles.allocation,
             notes=[
-                f"device={self.live.device.value}",
-                f"strategy={self.live.resize_strategy.value}",
-                f"rollout_engines={self.live.rollout_engines.value}",
-                f"rollout_engine={self.live.rollout_engine.kind.value}",
-                f"rollout_engine_release={self.live.rollout_engine.release.value}",
-                f"staging_path={self.live.staging.path.value}",
                 f"resize_prior_s={self.prior_s:.3f} ({self.prior_source})",
                 *node_notes(setup.worker_infos),
                 *self.cluster_notes,
@@ -490,9 +448,9 @@ class LiveSession:
             ],
         )
 
-    def _recorder(self) -> RunRecorder:
-        assert self.recorder is not None, "records start after setup"
-        return self.recorder
+    def _log(self) -> RunLog:
+        assert self.log is not None, "records start after setup"
+        return self.log
 
     def _estimates(self) -> tuple[CandidateEstimator, ResizeCostFeedback]:
         assert self.estimator is not None and self.cost_feedback is not None, "after setup"

@@ -29,8 +29,8 @@ from dynaresize.config_io import ConfigError
 from ..config import LiveConfig
 from .checkpoint import Checkpoint
 from .checkpoint_manifest import CheckpointError
+from .run_log import CONFIG_FILE
 
-CONFIG_FILE = "config.json"
 RESUMES_FILE = "resumes.json"
 
 RESUME_MAY_CHANGE = frozenset(

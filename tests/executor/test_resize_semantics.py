@@ -119,7 +119,7 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     the samples of every batch and the trainer state at the end."""
     from dynaresize.executor.job.live_job import prepare_prompt_source
     from dynaresize.executor.roles import RoleMap
-    from dynaresize.executor.run_folder.records import RunRecorder
+    from dynaresize.executor.run_folder.run_log import RunLog
     from dynaresize.traces.schema import RunMeta
 
     _reset(session, initial)
@@ -127,11 +127,9 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     rt = session.runtime
     session.strategy = strategy
     # each run records into a folder of its own (a trace's steps run forward)
-    session.recorder.close()
+    session.log.recorder.close()
     session.out = Path(tempfile.mkdtemp(prefix="run", dir=session.out.parent))
-    session.recorder = RunRecorder(
-        session.out, meta=RunMeta(source="executor"), resume_from_step=None
-    )
+    session.log = RunLog(session.out, meta=RunMeta(source="executor"), restored=None)
     batches = []
     for step in range(STEPS):
         rt.step = step
