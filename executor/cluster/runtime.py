@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import ray
 from ray import ObjectRef
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, WorkerCrashedError
 
+from dynaresize.policies.types import Allocation
+
 from ..config import LiveConfig
 from ..faults import WorkerLostError
 from ..roles import RoleMap
 from ..worker.actor import LiveWorker
+from .ray_cluster import Cluster
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,6 +79,22 @@ class Runtime:
     (no TCP store listening anywhere); None: a TCP store at the first worker's address."""
     worlds_formed: int = 0
     """World groups formed so far (stop_and_rebuild forms a new one at every resize)."""
+    worker_infos: list[dict[str, Any]] = field(default_factory=list)
+    """`LiveWorker.info` of every worker as the setup found them (pids for the shutdown)."""
+
+    @classmethod
+    def for_cluster(
+        cls, cluster: Cluster, config: LiveConfig, *, allocation: Allocation | None = None
+    ) -> Runtime:
+        """The handle on `cluster`'s workers in the roles of `allocation` (the config's initial
+        split when None: a resumed run passes its checkpoint's); the run's clock starts now."""
+        return cls(
+            config=config,
+            workers=cluster.workers,
+            roles=RoleMap.for_allocation(allocation or config.initial_allocation),
+            start_wall=time.perf_counter(),
+            actor_cls=cluster.actor_cls,
+        )
 
     def clock(self) -> float:
         """Seconds since the run started (the records' time base)."""

@@ -78,11 +78,13 @@ def set_up_workers(
     on_started: Callable[[list[dict[str, Any]]], None] = lambda _infos: None,
 ) -> SetupReport:
     """Bring every worker from a fresh actor to its role, with weights version `restored`'s (0
-    on a first start) on every trainer and replica. `on_started` gets the workers' infos as soon
-    as they answer (the driver writes them out before anything else can fail)."""
+    on a first start) on every trainer and replica. The workers' infos go to `runtime.worker_infos`
+    and to `on_started` as soon as they answer (the run folder gets them before anything else
+    can fail)."""
     rt, lap = runtime, _Laps(runtime)
     answers = rt.call(rt.all_ids, LiveWorker.info).wait("starting")
     infos = [answers[w] for w in rt.all_ids]
+    rt.worker_infos = infos
     lap(SetupPart.ACTORS_STARTED)
     on_started(infos)
     rt.form_world(master_addr=infos[0]["node_ip"])

@@ -4,20 +4,25 @@ The strategies' tests and the resize benchmark need the executor's own workers, 
 world group and trainer state, but drive resizes themselves (a fixed sequence, each strategy in
 turn on the same workers) instead of through a policy. This module does the driver's setup steps
 for them and nothing else; `BenchWorker` is the live worker with a fixed load step.
+`live_session` gives tests a set-up `LiveSession` on a local cluster, to run or to drive.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 from ray.util.placement_group import PlacementGroup
 
-from ..cluster.ray_cluster import connect, reserve, start_workers
+from ..cluster.ray_cluster import connect, reserve, start, start_workers
 from ..cluster.runtime import Runtime
 from ..cluster.worker_setup import set_up_workers
 from ..config import LiveConfig
 from ..roles import RoleMap
+from ..session import LiveSession
 from ..strategies.catalog import live_worker_class
 from ..worker.actor import LiveWorker
 
@@ -83,3 +88,26 @@ def start_runtime(
     )
     set_up_workers(runtime)
     return runtime, group, started
+
+
+@contextmanager
+def live_session(
+    config: LiveConfig,
+    out: Path,
+    *,
+    before_setup: Callable[[Runtime], object] = lambda _runtime: None,
+) -> Iterator[LiveSession]:
+    """A local cluster and a live session on it, set up and ready to run, as `run_live` builds
+    them (without its checks, watchdog and fault records); closed and shut down on the way out.
+    `before_setup(runtime)` runs between the workers' start and their setup (a fault to inject)."""
+    cluster = start(config, address=None, actor_cls=live_worker_class())
+    try:
+        runtime = Runtime.for_cluster(cluster, config)
+        before_setup(runtime)
+        session = LiveSession(config, runtime, out, None, None, notes=cluster.notes)
+        try:
+            yield session
+        finally:
+            session.close()
+    finally:
+        cluster.shutdown()

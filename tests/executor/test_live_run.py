@@ -17,14 +17,13 @@ import pandas as pd
 import pytest
 import torch
 
-from dynaresize.executor.cluster.ray_cluster import start
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import LiveSession, run_live
 from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.run_folder import checkpoint as ckpt
 from dynaresize.executor.run_folder.lineage import LineageError, check_lineage
 from dynaresize.executor.run_folder.records import LINEAGE_JSONL
-from dynaresize.executor.strategies.catalog import live_worker_class
+from dynaresize.executor.testing.harness import live_session
 from dynaresize.executor.worker.actor import LiveWorker
 from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.policies.types import Allocation
@@ -175,14 +174,9 @@ def replayed_session(resized_run, tmp_path_factory):
         checkpoint_every_steps=None,
     )
     out = tmp_path_factory.mktemp("static")
-    cluster = start(config, address=None, actor_cls=live_worker_class())
-    session = LiveSession(config, cluster, out, None, None)
-    try:
+    with live_session(config, out) as session:
         session.run()
         yield config, session, out
-    finally:
-        session.close()
-        cluster.shutdown()
 
 
 def _trainer_state(session: LiveSession) -> dict[str, torch.Tensor]:

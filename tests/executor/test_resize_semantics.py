@@ -68,22 +68,13 @@ def _strategies():
 def session(tmp_path_factory, _ray_started):
     import ray
 
-    from dynaresize.executor.cluster.ray_cluster import start
-    from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.strategies.catalog import live_worker_class
+    from dynaresize.executor.testing.harness import live_session
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     out = tmp_path_factory.mktemp("semantics")
-    cluster = start(CONFIG, address=None, actor_cls=live_worker_class())
-    live = LiveSession(CONFIG, cluster, out, None, None)
-    try:
-        live.setup()
-        initial = _trainer_state(live)
-        yield live, initial
-    finally:
-        live.close()
-        cluster.shutdown()
+    with live_session(CONFIG, out) as live:
+        yield live, _trainer_state(live)
 
 
 def _trainer_state(session) -> dict[str, torch.Tensor]:
