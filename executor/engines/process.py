@@ -5,20 +5,15 @@ size 1) and destroys it when released; a live worker's default group is the trai
 vLLM must not share the worker's process. `EngineProcess` starts the engine in a fresh
 interpreter (never a fork) and is itself a `RolloutEngine` with vLLM's lifecycle
 (`release`, `rebuild`, `close`), so the worker drives it as it drives any engine. It is generic:
-the engine is whatever a picklable factory builds there (`executor/rl/engines.py` has the
+the engine is whatever a picklable factory builds there (`executor/engines/build.py` has the
 factories for vLLM and for the project's own sampler).
 
-How data crosses (the child's side is `engine_child.py`):
-
-- requests, sampling parameters and results are pickled over a pipe (they are small);
-- weights go through shared memory: a file in `/dev/shm` named after the engine (the run and
-  the worker) and this process, sized once, mapped on both sides as soon as it is made, and its
-  name removed then: it lives for one round trip. This side also removes it on every other path
-  (a failed start, `close`, garbage collection, interpreter exit), and a new engine process
-  removes the files of parents that no longer exist (killed within that round trip).
-  `staging_tensor` gives the buffer itself, so a caller can receive a broadcast straight into
-  it and `load_weights` copies nothing on this side. The buffer holds the weights loaded last
-  (a released engine reads them when rebuilt): write into it only right before `load_weights`.
+How data crosses (the child's side is `process_child.py`): requests, sampling parameters and
+results are pickled over a pipe (they are small); weights go through a file in shared memory
+(`process_buffers.py`, which says how it lives and is removed). `staging_tensor` gives the buffer
+itself, so a caller can receive a broadcast straight into it and `load_weights` copies nothing on
+this side. The buffer holds the weights loaded last (a released engine reads them when
+rebuilt): write into it only right before `load_weights`.
 
 Failures: an exception in the child comes back as one `EngineProcessError` naming the engine,
 the operation and the child's error (`VLLMStartError: vLLM could not start on model folder X:
@@ -36,21 +31,16 @@ load (copy into shared memory, the engine's load) and carries the digest the chi
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import pickle
 import re
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from itertools import count
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -65,14 +55,18 @@ from .interface import (
     SamplingParams,
     Weights,
 )
-from .process_child import ChildFailure, LoadReply, StartReply, WeightsMessage
+from .process_buffers import (
+    DEFAULT_SHM_DIR,
+    WeightBuffer,
+    buffer_path,
+    flat_view,
+    remove_path,
+    remove_stale_buffers,
+    reserve_file,
+)
+from .process_child import ChildFailure, LoadReply, StartReply, spawn
 
-DEFAULT_SHM_DIR = Path("/dev/shm")
-BUFFER_PREFIX = "dynaresize-engine-"
-BUFFER_SUFFIX = ".weights"
-_BUFFER_NAME = re.compile(rf"^{BUFFER_PREFIX}.*-p(\d+)-\d+{re.escape(BUFFER_SUFFIX)}$")
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
-_buffer_numbers = count()
 
 EngineFactory = Callable[[], RolloutEngine]
 """Builds the engine in the child; must pickle. An optional `preload()` method imports what the
@@ -121,26 +115,6 @@ class WeightLoadTiming:
     """The engine was released: the weights load when it is rebuilt."""
 
 
-Layout = tuple[tuple[str, tuple[int, ...]], ...]
-"""(name, shape) of each tensor of a state dict laid out flat."""
-
-
-@dataclass
-class _Buffer:
-    path: Path
-    numel: int
-    dtype: torch.dtype
-    tensor: torch.Tensor
-
-    def message(self, names_shapes: Layout | None) -> WeightsMessage:
-        return WeightsMessage(
-            path=str(self.path),
-            numel=self.numel,
-            dtype=str(self.dtype).removeprefix("torch."),
-            names_shapes=names_shapes,
-        )
-
-
 class EngineProcess:
     """A `RolloutEngine` running in a child process; `close()` (or `with`) ends it."""
 
@@ -168,7 +142,7 @@ class EngineProcess:
         except Exception as error:
             raise TypeError(f"engine factory {factory!r} does not pickle: {error}") from error
         self._lock = threading.Lock()
-        self._buffer: _Buffer | None = None
+        self._buffer: WeightBuffer | None = None
         self._paths: list[Path] = list(owned_paths)
         """Buffer names made here and the owned folders; each removed on every path (the list
         is shared with the finalizer, which must not hold `self`)."""
@@ -178,7 +152,7 @@ class EngineProcess:
         parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         spawned = time.monotonic()
         try:
-            self._process = _spawn(child_end.fileno())
+            self._process = spawn(child_end.fileno())
         except BaseException:
             parent_end.close()
             raise
@@ -211,7 +185,7 @@ class EngineProcess:
         """Write `weights` (a flat tensor or a state dict) into shared memory and have the engine
         load them in place; `last_load` holds the timings and the child's digest."""
         begin = time.monotonic()
-        flat, names_shapes = _flat_view(weights)
+        flat, names_shapes = flat_view(weights)
         buffer = self._buffer_for(flat.numel(), flat.dtype)
         copied = 0.0
         if flat.data_ptr() != buffer.tensor.data_ptr():
@@ -297,34 +271,27 @@ class EngineProcess:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _buffer_for(self, numel: int, dtype: torch.dtype) -> _Buffer:
+    def _buffer_for(self, numel: int, dtype: torch.dtype) -> WeightBuffer:
         buffer = self._buffer
         if buffer is not None and buffer.numel == numel and buffer.dtype == dtype:
             return buffer
-        path = self.shm_dir / (
-            f"{BUFFER_PREFIX}{self.name}-p{os.getpid()}-{next(_buffer_numbers)}{BUFFER_SUFFIX}"
-        )
+        path = buffer_path(self.shm_dir, self.name)
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
         self._paths.append(path)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            # reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later
-            os.posix_fallocate(fd, 0, max(nbytes, 1))
+            reserve_file(path, nbytes)
         except OSError as error:
-            _remove(path)
             raise EngineProcessError(
                 f"rollout engine {self.name}: no room for {nbytes / 2**20:.0f} MiB of weights in "
                 f"{self.shm_dir} ({error.strerror}); free it or set the engine's shm_dir",
                 operation="loading weights",
             ) from error
-        finally:
-            os.close(fd)
         try:
             tensor = torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
-            buffer = _Buffer(path=path, numel=numel, dtype=dtype, tensor=tensor)
+            buffer = WeightBuffer(path=path, numel=numel, dtype=dtype, tensor=tensor)
             self._call("map_buffer", buffer.message(None), doing="sharing the weight buffer")
         finally:
-            _remove(path)  # mapped on both sides (or failed): the name is not needed any more
+            remove_path(path)  # mapped on both sides (or failed): the name is not needed any more
         self._buffer = buffer
         return buffer
 
@@ -401,27 +368,6 @@ class EngineProcess:
         )
 
 
-def _flat_view(weights: Weights) -> tuple[torch.Tensor, Layout | None]:
-    """One flat tensor to copy, and the (name, shape) layout when `weights` is a state dict."""
-    if isinstance(weights, torch.Tensor):
-        if weights.ndim != 1:
-            raise ValueError(f"flat weights must be 1-D, got shape {tuple(weights.shape)}")
-        return weights.detach(), None
-    dtypes = {tensor.dtype for tensor in weights.values()}
-    if len(dtypes) != 1:
-        raise ValueError(f"a state dict for the engine process needs one dtype, got {dtypes}")
-    layout = tuple((name, tuple(tensor.shape)) for name, tensor in weights.items())
-    flat = torch.cat([tensor.detach().reshape(-1).cpu() for tensor in weights.values()])
-    return flat, layout
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path, ignore_errors=True)
-    with contextlib.suppress(FileNotFoundError, IsADirectoryError):
-        path.unlink()
-
-
 def _shut_down(process: Any, conn: Any, paths: list[Path]) -> None:
     """Kill the child if it still runs, close the pipe, remove every buffer name made here and
     the owned folders. Runs once: from `close`, a failure, garbage collection or interpreter
@@ -433,49 +379,4 @@ def _shut_down(process: Any, conn: Any, paths: list[Path]) -> None:
     with contextlib.suppress(OSError):
         conn.close()
     for path in paths:
-        _remove(path)
-
-
-_BOOTSTRAP = (
-    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
-    "from dynaresize.executor.engines.process_child import main; main(sys.argv[2:])"
-)
-
-
-def _spawn(child_fd: int) -> subprocess.Popen[bytes]:
-    """A fresh interpreter running the child's loop on `child_fd`, with this process's import
-    path (so it imports this very copy of the project). Deliberately not multiprocessing's
-    spawn: that re-runs the parent's main module in the child (a script's top-level imports, a
-    Ray worker's own entry point), which took 10-13 s on a loaded 2-core machine against
-    1.3-1.9 s for this start."""
-    from_main_thread = threading.current_thread() is threading.main_thread()
-    argv = [
-        json.dumps(sys.path),
-        str(child_fd),
-        str(os.getpid()),
-        "pdeathsig" if from_main_thread else "watchdog",
-    ]
-    return subprocess.Popen([sys.executable, "-c", _BOOTSTRAP, *argv], pass_fds=(child_fd,))
-
-
-def remove_stale_buffers(shm_dir: Path = DEFAULT_SHM_DIR) -> int:
-    """Remove weight buffers whose owning process is gone (a parent killed between creating one
-    and its child mapping it); only this module's names are touched. Returns how many."""
-    removed = 0
-    for path in shm_dir.glob(f"{BUFFER_PREFIX}*{BUFFER_SUFFIX}"):
-        match = _BUFFER_NAME.match(path.name)
-        if match is None or _process_exists(int(match.group(1))):
-            continue
-        _remove(path)
-        removed += 1
-    return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
+        remove_path(path)

@@ -1,9 +1,10 @@
 """The child side of a rollout engine process: build the engine, answer requests, die with the
 parent.
 
-`executor/rl/engine_process.py` starts `main` in a fresh interpreter (`sys.executable`, never a
-fork: the parent holds a torch.distributed world group, CUDA state and Ray's threads, none of
-which survive being copied), with one end of a socket pair as its pipe. The engine then lives
+The engine process (`process.py`) starts `main` in a fresh interpreter through `spawn` here
+(`sys.executable`, never a fork: the parent holds a torch.distributed world group, CUDA state
+and Ray's threads, none of which survive being copied), with one end of a socket pair as its
+pipe. The engine then lives
 alone in its process: in-process vLLM initialises torch.distributed's default group and destroys
 it on release, which would break a worker whose default group is the training world.
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import pickle
 import signal
@@ -42,7 +44,10 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import subprocess
 
 PR_SET_PDEATHSIG = 1
 WATCHDOG_PERIOD_S = 0.5
@@ -92,6 +97,30 @@ class LoadReply:
     digest: str
     """`weights_digest` of the buffer as the child read it."""
     deferred: bool
+
+
+BOOTSTRAP = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
+    "from dynaresize.executor.engines.process_child import main; main(sys.argv[2:])"
+)
+
+
+def spawn(child_fd: int) -> subprocess.Popen[bytes]:
+    """A fresh interpreter running the child's loop on `child_fd`, with this process's import
+    path (so it imports this very copy of the project). Deliberately not multiprocessing's
+    spawn: that re-runs the parent's main module in the child (a script's top-level imports, a
+    Ray worker's own entry point), which took 10-13 s on a loaded 2-core machine against
+    1.3-1.9 s for this start."""
+    import subprocess  # the parent's alone: the child's start stays on its few imports
+
+    from_main_thread = threading.current_thread() is threading.main_thread()
+    argv = [
+        json.dumps(sys.path),
+        str(child_fd),
+        str(os.getpid()),
+        "pdeathsig" if from_main_thread else "watchdog",
+    ]
+    return subprocess.Popen([sys.executable, "-c", BOOTSTRAP, *argv], pass_fds=(child_fd,))
 
 
 def main(argv: list[str]) -> None:

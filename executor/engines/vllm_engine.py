@@ -15,11 +15,11 @@ What the caller gets, as from the other engines:
   temperature and top-p.
 - Finish times: requests are queued and the engine is stepped here, so each sample's finish time
   is when the step that finished it returned.
-- Weights in place: `load_weights` streams (name, tensor) pairs in Hugging Face names to the
-  worker's `reload_weights` through `LLM.collective_rpc`, then resets the prefix cache (cached
-  KV blocks were computed with the old weights). On CPU, vLLM 0.32 keeps a packed copy of the
-  output projection that its reload does not refresh when the embeddings are tied; the engine
-  repacks it after every load.
+- Weights in place (`vllm_weights.py`): `load_weights` streams (name, tensor) pairs in Hugging
+  Face names to the worker's `reload_weights` through `LLM.collective_rpc`, then resets the
+  prefix cache (cached KV blocks were computed with the old weights). On CPU, vLLM 0.32 keeps a
+  packed copy of the output projection that its reload does not refresh when the embeddings
+  are tied; the engine repacks it after every load.
 - Release: `destroy` shuts the engine down and frees its memory; `rebuild` starts a new one and
   loads the last weights given. `sleep` (CUDA only) calls `LLM.sleep(level)` and `rebuild` then
   calls `wake_up()`; level 2 discards the weights, so the last ones given are loaded again. On
@@ -60,6 +60,7 @@ from .interface import (
     check_requests,
 )
 from .sampling import sample_keys
+from .vllm_weights import named_tensors, parameter_layout, repack_tied_output_projection
 
 
 class VLLMUnavailableError(ImportError):
@@ -118,50 +119,6 @@ def import_vllm() -> Any:
     return vllm
 
 
-def parameter_layout(model_path: Path) -> list[tuple[str, torch.Size]]:
-    """(name, shape) of the Hugging Face model's parameters in `named_parameters` order (tied
-    ones once), read from the folder's config on the meta device: the order a flat weight
-    tensor (`model.flatten_parameters`) follows."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(model_path, local_files_only=True)
-    with torch.device("meta"):
-        skeleton = AutoModelForCausalLM.from_config(config)
-    return [(name, param.shape) for name, param in skeleton.named_parameters()]
-
-
-def _named_tensors(
-    weights: Weights, layout: list[tuple[str, torch.Size]]
-) -> list[tuple[str, torch.Tensor]]:
-    """A complete list of (Hugging Face name, tensor) from a flat tensor or a state dict."""
-    if isinstance(weights, torch.Tensor):
-        expected = sum(shape.numel() for _, shape in layout)
-        if weights.ndim != 1 or weights.numel() != expected:
-            raise ValueError(
-                f"flat weights have shape {tuple(weights.shape)}, expected ({expected},)"
-            )
-        pairs, offset = [], 0
-        for name, shape in layout:
-            pairs.append((name, weights[offset : offset + shape.numel()].view(shape)))
-            offset += shape.numel()
-        return pairs
-    shapes = dict(layout)
-    unknown = sorted(set(weights) - set(shapes))
-    if unknown:
-        raise ValueError(f"weights contain names the model does not have: {unknown[:5]}")
-    # vLLM reloads layer by layer; a layer given only some of its tensors would be left with
-    # uninitialised values, so a state dict must be complete.
-    missing = [name for name in shapes if name not in weights]
-    if missing:
-        raise ValueError(f"vLLM needs every weight; missing {len(missing)}: {missing[:5]}")
-    for name, tensor in weights.items():
-        if tuple(tensor.shape) != tuple(shapes[name]):
-            raise ValueError(
-                f"weight {name}: shape {tuple(tensor.shape)}, expected {tuple(shapes[name])}"
-            )
-    return [(name, weights[name]) for name, _ in layout]
-
-
 def _one_line(error: Exception) -> str:
     """The gist of vLLM's error in one line: a validation error's messages, else the last
     non-empty line of the message."""
@@ -170,22 +127,6 @@ def _one_line(error: Exception) -> str:
         return "; ".join(str(item.get("msg", item)) for item in errors())
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else type(error).__name__
-
-
-def _repack_tied_output_projection(worker: Any) -> bool:
-    """Runs on the vLLM worker after a reload: when the output projection shares the input
-    embedding's weight, redo its post-load processing (on CPU, the packed matrix the logits are
-    computed with), which the layer-wise reload skips because no tensor is named for it."""
-    model = worker.model_runner.get_model()
-    lm_head = getattr(model, "lm_head", None)
-    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
-    if lm_head is None or embed is None:
-        return False
-    weight = getattr(lm_head, "weight", None)
-    if weight is None or weight is not getattr(embed, "weight", None):
-        return False
-    lm_head.quant_method.process_weights_after_loading(lm_head)
-    return True
 
 
 class VLLMEngine:
@@ -210,7 +151,7 @@ class VLLMEngine:
     def load_weights(self, weights: Weights) -> None:
         """Copy `weights` into the running engine in place, then drop its prefix cache. A CPU
         copy is kept so that a rebuilt engine generates with the same weights."""
-        pairs = _named_tensors(weights, self.layout)
+        pairs = named_tensors(weights, self.layout)
         self._last_weights = [(name, t.detach().to("cpu", copy=True)) for name, t in pairs]
         self._reload(pairs)
 
@@ -351,7 +292,7 @@ class VLLMEngine:
     def _reload(self, pairs: Sequence[tuple[str, torch.Tensor]]) -> None:
         llm = self._running()
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(pairs)})
-        llm.collective_rpc(_repack_tied_output_projection)
+        llm.collective_rpc(repack_tied_output_projection)
         self._reset_prefix_cache()
 
     def _reset_prefix_cache(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from dynaresize.policies.types import Allocation
-from dynaresize.traces.phases import PhaseName, TransferPath
+from dynaresize.traces.phases import PhaseName
 
 from ..roles import RoleMap
 from ..staging import StagingConfig, StagingPool, StagingSender
@@ -28,7 +28,7 @@ from ..staging.paths import TransferRoutes
 from .comm_cache import CommunicatorCache, GroupKind
 from .deferred_optimizer import DeferredOptimizerState, LoadedState
 from .host_sync import HostSyncWorkerSide
-from .routed import RoutedTransfers
+from .routed import RoutedTransfers, Sends
 from .shards import OPTIMIZER_TENSORS
 from .slice_moves import SliceMove
 from .trainer import TrainerRole
@@ -66,23 +66,6 @@ class BackgroundWork:
 
     def mark_finished(self) -> None:
         self.finished_wall = max(self.finished_wall or 0.0, time.time())
-
-
-@dataclass
-class _Sends:
-    """Send threads started by one move, and what they report."""
-
-    threads: list[threading.Thread] = field(default_factory=list)
-    errors: list[BaseException] = field(default_factory=list)
-    sent_bytes: list[int] = field(default_factory=list)
-
-    def join(self) -> int:
-        """Wait for every send; re-raise the first failure; bytes sent."""
-        for thread in self.threads:
-            thread.join()
-        if self.errors:
-            raise self.errors[0]
-        return sum(self.sent_bytes)
 
 
 def _bytes(t: torch.Tensor) -> int:
@@ -171,82 +154,6 @@ class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
 
     # --- moving slices -------------------------------------------------------------------
 
-    def _start_sends(
-        self,
-        moves: list[SliceMove],
-        pools: dict[int, str],
-        transfer_ids: dict[int, int],
-        source: dict[str, torch.Tensor],
-        work: BackgroundWork | None,
-    ) -> _Sends:
-        """One thread per destination worker on this node, each streaming its slices in plan
-        order through that worker's pool; one more for every slice off shared memory, in plan
-        order (the wires send one transfer at a time, and element order keeps every sender and
-        every receiver taking their transfers in one global order, so none waits on another)."""
-        by_dst: dict[int, list[int]] = {}
-        routed: list[int] = []
-        for index, move in enumerate(moves):
-            if move.src_worker == self.worker_id and not move.local:
-                if self._path(move) is TransferPath.SHM:
-                    by_dst.setdefault(move.dst_worker, []).append(index)
-                else:
-                    routed.append(index)
-        sends = _Sends()
-
-        def run(indices: list[int]) -> None:
-            try:
-                for index in indices:
-                    move = moves[index]
-                    tensors = {
-                        k: t[move.src_start : move.src_start + move.numel]
-                        for k, t in source.items()
-                    }
-                    stats = self._send_slice(
-                        move, tensors, pools=pools, transfer_id=transfer_ids[index]
-                    )
-                    sends.sent_bytes.append(stats.num_bytes)
-                if work is not None:
-                    work.mark_finished()
-            except BaseException as exc:  # surfaced by the caller
-                sends.errors.append(exc)
-
-        lanes = {f"stage-send-{dst}": idx for dst, idx in by_dst.items()}
-        if routed:
-            lanes["stage-send-routed"] = routed
-        sends.threads = [
-            threading.Thread(target=run, args=(idx,), name=name, daemon=True)
-            for name, idx in lanes.items()
-        ]
-        for thread in sends.threads:
-            thread.start()
-        return sends
-
-    def _receive_slices(
-        self,
-        moves: list[SliceMove],
-        transfer_ids: dict[int, int],
-        into: dict[str, torch.Tensor],
-        local_source: dict[str, torch.Tensor] | None,
-        *,
-        phase: PhaseName,
-    ) -> int:
-        """Fill this worker's new slice: local overlaps by a device copy, the rest staged (by
-        each move's path), logged as transfers of `phase`."""
-        received = 0
-        for index, move in enumerate(moves):
-            if move.dst_worker != self.worker_id:
-                continue
-            views = {k: t[move.dst_start : move.dst_start + move.numel] for k, t in into.items()}
-            if move.local:
-                assert local_source is not None, "a local move needs the held shard"
-                for key, view in views.items():
-                    start = move.src_start
-                    view.copy_(local_source[key][start : start + move.numel])
-                continue
-            stats = self._receive_slice(move, views, transfer_id=transfer_ids[index], phase=phase)
-            received += stats.num_bytes
-        return received
-
     def _held_tensors(self, keys: tuple[str, ...]) -> dict[str, torch.Tensor] | None:
         return self._held.pick(keys) if self._held is not None else None
 
@@ -267,7 +174,7 @@ class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
         """Critical path: every new trainer gets the fp32 master of its slice, staged."""
         ids = {i: transfer_base + 2 * i for i in range(len(moves))}
         source = self._held_tensors(("master",))
-        sends = self._start_sends(moves, pools, ids, source, None) if source else _Sends()
+        sends = self._start_sends(moves, pools, ids, source, None) if source else Sends()
         received = 0
         trainer = self._receiving_trainer(moves)
         if trainer is not None:
@@ -300,7 +207,8 @@ class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
         # Before the first optimizer step there are no moments: nothing moves at all.
         source = self._held_tensors(MOMENT_KEYS) if optimizer_step > 0 else None
         work = BackgroundWork(started_wall=started_wall) if deferred else None
-        sends = self._start_sends(moves, pools, ids, source, work) if source else _Sends()
+        on_sent = work.mark_finished if work is not None else None
+        sends = self._start_sends(moves, pools, ids, source, on_sent) if source else Sends()
         trainer = self._receiving_trainer(moves)
         received = 0.0
         if trainer is not None and optimizer_step > 0:

@@ -5,11 +5,15 @@ between two workers of one node goes through the receiver's shared-memory pool a
 between nodes goes over the network wire, and one between two GPUs of a node over the device
 wire (`staging.paths`). Every transfer this worker receives is logged with its path, bytes and
 seconds; the driver collects the log after each phase (`take_transfer_log`) for the records.
+A re-cut's slices stream in lanes (`_start_sends`: one per destination on this node, one for
+every slice off shared memory) and land in a new slice (`_receive_slices`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -20,6 +24,23 @@ from ..staging.network import PointToPoint
 from ..staging.paths import TransferRoutes, TransferStat, Wires, open_wires
 from .slice_moves import SliceMove
 from .state import WorkerState
+
+
+@dataclass
+class Sends:
+    """Send threads started by one move, and what they report."""
+
+    threads: list[threading.Thread] = field(default_factory=list)
+    errors: list[BaseException] = field(default_factory=list)
+    sent_bytes: list[int] = field(default_factory=list)
+
+    def join(self) -> int:
+        """Wait for every send; re-raise the first failure; bytes sent."""
+        for thread in self.threads:
+            thread.join()
+        if self.errors:
+            raise self.errors[0]
+        return sum(self.sent_bytes)
 
 
 class RoutedTransfers(WorkerState):
@@ -101,6 +122,83 @@ class RoutedTransfers(WorkerState):
             )
         )
         return stats
+
+    def _start_sends(
+        self,
+        moves: list[SliceMove],
+        pools: dict[int, str],
+        transfer_ids: dict[int, int],
+        source: dict[str, torch.Tensor],
+        on_sent: Callable[[], None] | None,
+    ) -> Sends:
+        """One thread per destination worker on this node, each streaming its slices in plan
+        order through that worker's pool; one more for every slice off shared memory, in plan
+        order (the wires send one transfer at a time, and element order keeps every sender and
+        every receiver taking their transfers in one global order, so none waits on another).
+        `on_sent` is called by each lane when its last slice has left."""
+        by_dst: dict[int, list[int]] = {}
+        routed: list[int] = []
+        for index, move in enumerate(moves):
+            if move.src_worker == self.worker_id and not move.local:
+                if self._path(move) is TransferPath.SHM:
+                    by_dst.setdefault(move.dst_worker, []).append(index)
+                else:
+                    routed.append(index)
+        sends = Sends()
+
+        def run(indices: list[int]) -> None:
+            try:
+                for index in indices:
+                    move = moves[index]
+                    tensors = {
+                        k: t[move.src_start : move.src_start + move.numel]
+                        for k, t in source.items()
+                    }
+                    stats = self._send_slice(
+                        move, tensors, pools=pools, transfer_id=transfer_ids[index]
+                    )
+                    sends.sent_bytes.append(stats.num_bytes)
+                if on_sent is not None:
+                    on_sent()
+            except BaseException as exc:  # surfaced by the caller
+                sends.errors.append(exc)
+
+        lanes = {f"stage-send-{dst}": idx for dst, idx in by_dst.items()}
+        if routed:
+            lanes["stage-send-routed"] = routed
+        sends.threads = [
+            threading.Thread(target=run, args=(idx,), name=name, daemon=True)
+            for name, idx in lanes.items()
+        ]
+        for thread in sends.threads:
+            thread.start()
+        return sends
+
+    def _receive_slices(
+        self,
+        moves: list[SliceMove],
+        transfer_ids: dict[int, int],
+        into: dict[str, torch.Tensor],
+        local_source: dict[str, torch.Tensor] | None,
+        *,
+        phase: PhaseName,
+    ) -> int:
+        """Fill this worker's new slice: local overlaps by a device copy, the rest staged (by
+        each move's path), logged as transfers of `phase`."""
+        received = 0
+        for index, move in enumerate(moves):
+            if move.dst_worker != self.worker_id:
+                continue
+            views = {k: t[move.dst_start : move.dst_start + move.numel] for k, t in into.items()}
+            if move.local:
+                assert local_source is not None, "a local move needs the held shard"
+                for key, view in views.items():
+                    start = move.src_start
+                    view.copy_(local_source[key][start : start + move.numel])
+                continue
+            stats = self._receive_slice(move, views, transfer_id=transfer_ids[index], phase=phase)
+            received += stats.num_bytes
+        return received
 
     def _wire(self, path: TransferPath) -> PointToPoint:
         if self._wires is None:

@@ -41,11 +41,10 @@ from dynaresize.executor.engines.interface import (  # noqa: E402
     RolloutEngine,
     SamplingParams,
 )
-from dynaresize.executor.engines.process import (  # noqa: E402
+from dynaresize.executor.engines.process import EngineProcess, EngineProcessError  # noqa: E402
+from dynaresize.executor.engines.process_buffers import (  # noqa: E402
     BUFFER_PREFIX,
     DEFAULT_SHM_DIR,
-    EngineProcess,
-    EngineProcessError,
     remove_stale_buffers,
 )
 from dynaresize.executor.rl.model import ModelSpec, build_model, flatten_parameters  # noqa: E402
