@@ -7,7 +7,7 @@ none, with each one alone, and `stop_and_rebuild` last (it replaces the workers)
 
 A resize's critical path is the measured gap between the end of the last step on the old split
 and the start of the first on the new one; its background cost is the first step after it minus
-the step after that (executor/strategies/measure.py). Phases are reported as recorded by each
+the step after that (executor/observe/measure.py). Phases are reported as recorded by each
 strategy. The physical floor is the bytes the overlapped strategy moves on the critical path over
 the measured host-device bandwidth (the slower direction: staged bytes cross both, pipelined).
 

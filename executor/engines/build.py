@@ -8,7 +8,7 @@ end), each returning the seconds it took so that the worker can record it as a r
   loading weights copies into that model; release drops the engine (its KV cache), rebuild makes
   a new one over the same model.
 - `vllm` (and `own`/`hf` with `separate_process: true`) run in an engine process
-  (`engine_process.EngineProcess`). The engine reads its model from a folder: `model_path` when
+  (`process.EngineProcess`). The engine reads its model from a folder: `model_path` when
   the run's model came from one (`live.model.path`), else the worker's current model written
   with `save_pretrained` into a folder of the run's scratch space, removed when the engine
   process ends. Either way the worker loads its current weights right after, as after any start.

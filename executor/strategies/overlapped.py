@@ -29,6 +29,7 @@ from ..worker.host_sync import HostSyncWorkerSide
 from ..worker.overlapped import OverlappedWorkerSide
 from ..worker.slice_moves import reshard_moves, staged_bytes
 from .host_sync import (
+    HOST_SYNC,
     IN_PROCESS_SETUP_PARTS,
     export_shards_to_host,
     restore_weights_from_host,
@@ -248,15 +249,7 @@ def take_transfers(runtime: Runtime, worker_ids: tuple[int, ...]) -> tuple[Trans
 OVERLAPPED = Strategy(
     driver=OverlappedStrategy,
     worker=OverlappedWorkerSide,
-    phases=(
-        PhaseName.STATE_EXPORT,
-        PhaseName.ROLLOUT_RELEASE,
-        PhaseName.WORKER_REINIT,
-        PhaseName.ROLLOUT_REINIT,
-        PhaseName.COMM_PREWARM,
-        PhaseName.WEIGHT_RESTORE,
-        PhaseName.OPTIMIZER_RESTORE,
-        PhaseName.POSTPROCESS,
-    ),
+    # host_sync's phases without its weight sync: the replicas hold the current weights already
+    phases=tuple(p for p in HOST_SYNC.phases if p is not PhaseName.WEIGHT_SYNC),
     setup_parts=IN_PROCESS_SETUP_PARTS,
 )

@@ -1,7 +1,7 @@
 """The Rollout role: a rollout engine on one worker, fed weights by the trainers every step.
 
 The engine is the run's `rollout_engine` (the project's sampler, HF `generate` or vLLM), which the
-worker keeps across role changes (`worker_engine.WorkerEngine`); without one given the role builds
+worker keeps across role changes (`engine.WorkerEngine`); without one given the role builds
 the project's sampler over the worker's model, as a standalone replica does.
 
 A replica generates every sample of the prompts the driver sends it (`PromptItem`s drawn by the

@@ -1,10 +1,10 @@
 """What a live worker owns whatever its role, shared by the worker's method groups.
 
-The live worker (`worker.LiveWorker`) is one Ray actor class assembled from method groups: its
-own (setup, roles, one step, host_sync's state moves) and the worker side of the overlapped and
-stop-and-rebuild strategies (`strategies/overlapped_worker.py`,
-`strategies/stop_and_rebuild_worker.py`). They all read and write the state declared here, so
-each group is type-checked against the same attributes.
+The live worker's actor class is assembled from method groups: its own (`actor.LiveWorker`:
+setup, roles, trainer state, one step) and every resize strategy's worker half (`host_sync.py`,
+`overlapped.py` with `routed.py`, `stop_and_rebuild.py`), put together by the driver's strategy
+registry (`actor.with_worker_halves`). They all read and write the state declared here, so each
+group is type-checked against the same attributes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each trainer holds the whole model for forward and backward, but the fp32 master
 AdamW moments only for its contiguous slice of the flat parameter vector (`shards.ShardLayout`).
 One step: local gradients on this rank's share of the batch, an all-reduce of the flat gradient
 over the trainer group, the AdamW update of the own slice, and an all-gather of the updated slices
-into the model. A resize re-cuts the slices (see `resize.py`), so state really moves between
+into the model. A resize re-cuts the slices (see `strategies/`), so state really moves between
 ranks when the number of trainers changes.
 
 Collectives run on host tensors over gloo: on CPU that is the only choice, and on one shared GPU
