@@ -45,7 +45,10 @@ def two_nodes():
 
 
 def _driver(cluster, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    env = os.environ | (cluster.driver_env() if cluster is not None else {})
+    # a script's own folder comes first on its path: the driver imports this checkout, as the
+    # workers (started from ROOT) do, not an installed copy
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = os.environ | {"PYTHONPATH": path} | (cluster.driver_env() if cluster is not None else {})
     return subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
