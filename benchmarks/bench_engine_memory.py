@@ -63,8 +63,8 @@ def measure(live: dict) -> dict:
     import torch
 
     from dynaresize.executor.config import LiveConfig
-    from dynaresize.executor.rollout import sampler_config
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.rollout import sampler_config
 
     config = LiveConfig.model_validate({**live, "rollout_engines": "resident"})
     worker = LiveWorker(worker_id=0, config_json=config.model_dump_json())

@@ -42,15 +42,15 @@ from typing import Any
 
 import torch
 
-from dynaresize.executor.rl.engine import GenerationRequest, RolloutEngine, SamplingParams
-from dynaresize.executor.rl.engine_config import EngineKind, RolloutEngineConfig
-from dynaresize.executor.rl.engine_process import EngineProcess
-from dynaresize.executor.rl.engines import (
+from dynaresize.executor.engines.build import (
     EngineShape,
     InProcessEngine,
     build_engine,
     vllm_engine_config,
 )
+from dynaresize.executor.engines.config import EngineKind, RolloutEngineConfig
+from dynaresize.executor.engines.interface import GenerationRequest, RolloutEngine, SamplingParams
+from dynaresize.executor.engines.process import EngineProcess
 from dynaresize.executor.rl.model import (
     ModelSpec,
     build_model,
@@ -149,7 +149,7 @@ def lifecycle(engine: Any, weights: torch.Tensor, repeats: int) -> dict[str, flo
 def start_in_process(kind: str, model, folder: Path, shape: EngineShape):
     """The engine in this (fresh) process: vLLM's import timed apart from its first start."""
     if kind == "vllm":
-        from dynaresize.executor.rl.vllm_engine import VLLMEngine, import_vllm
+        from dynaresize.executor.engines.vllm_engine import VLLMEngine, import_vllm
 
         _, import_s = timed(import_vllm)
         config = vllm_engine_config(

@@ -40,9 +40,11 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     import ray
 
     from dynaresize.config import load_run_config
-    from dynaresize.executor.cluster import start
+    from dynaresize.executor.cluster.ray_cluster import start
+    from dynaresize.executor.cluster.runtime import Runtime
     from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.strategies.catalog import live_worker_class
+    from dynaresize.executor.worker.actor import LiveWorker
     from dynaresize.traces.io import read_trace
 
     live = load_run_config(name).live
@@ -51,15 +53,17 @@ def run_one(name: str, scratch: Path) -> dict[str, Any]:
     out.mkdir(parents=True)
     load_before = os.getloadavg()
     begin = time.perf_counter()
-    cluster = start(live, address=None)
+    cluster = start(live, address=None, actor_cls=live_worker_class())
     cluster_s = time.perf_counter() - begin
-    session = LiveSession(live, cluster, out, None, None)
     try:
-        session.run()
-        rt = session.runtime
-        infos = rt.call(rt.all_ids, LiveWorker.info).wait("asking the workers")
+        runtime = Runtime.for_cluster(cluster, live)
+        session = LiveSession(live, runtime, out, None, None, notes=cluster.notes)
+        try:
+            session.run()
+            infos = runtime.call(runtime.all_ids, LiveWorker.info).wait("asking the workers")
+        finally:
+            session.close()
     finally:
-        session.close()
         cluster.shutdown()
         if ray.is_initialized():
             ray.shutdown()

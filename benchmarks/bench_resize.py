@@ -7,7 +7,7 @@ none, with each one alone, and `stop_and_rebuild` last (it replaces the workers)
 
 A resize's critical path is the measured gap between the end of the last step on the old split
 and the start of the first on the new one; its background cost is the first step after it minus
-the step after that (executor/strategies/measure.py). Phases are reported as recorded by each
+the step after that (executor/observe/measure.py). Phases are reported as recorded by each
 strategy. The physical floor is the bytes the overlapped strategy moves on the critical path over
 the measured host-device bandwidth (the slower direction: staged bytes cross both, pipelined).
 
@@ -133,7 +133,7 @@ class Sequence:
         self._seed = 0
 
     def step(self, strategy) -> None:
-        from dynaresize.executor.strategies.harness import BenchWorker
+        from dynaresize.executor.testing.harness import BenchWorker
 
         rt = self.rt
         strategy.before_train(rt)
@@ -175,13 +175,12 @@ def _phase(p) -> dict[str, Any]:
 
 def run_variant(runtime, name: str, switches, *, batch_size: int, seq_len: int) -> dict:
     from dynaresize.executor.config import OverlappedMechanisms
-    from dynaresize.executor.strategies.harness import restart_bench_workers
-    from dynaresize.executor.strategies.measure import resize_costs
+    from dynaresize.executor.observe.measure import resize_costs
     from dynaresize.executor.strategies.overlapped import OverlappedStrategy
     from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
 
     if switches is None:
-        strategy = StopAndRebuildStrategy(actor_factory=restart_bench_workers)
+        strategy = StopAndRebuildStrategy()  # restarts the runtime's actor class
     else:
         strategy = OverlappedStrategy(OverlappedMechanisms(**switches))
     seq = Sequence(runtime, batch_size=batch_size, seq_len=seq_len)
@@ -209,7 +208,7 @@ def bench_model(model: str, args, on_variant) -> dict:
     import ray
 
     from dynaresize.executor.config import DeviceKind, LiveConfig, StagingSettings
-    from dynaresize.executor.strategies.harness import BenchWorker, start_runtime
+    from dynaresize.executor.testing.harness import BenchWorker, start_runtime
 
     config = LiveConfig(
         model=model_spec(model, device=args.device),
@@ -226,7 +225,7 @@ def bench_model(model: str, args, on_variant) -> dict:
         worker_timeout_s=900,
     )
     began = time.perf_counter()
-    runtime, group, started = start_runtime(config, actor_cls=BenchWorker)
+    runtime, group, started = start_runtime(config, worker=BenchWorker)
     numel = runtime.call([0], BenchWorker.trainer_numel).wait("sizing")[0]
     setup_s = time.perf_counter() - began
     print(f"[{model}] {numel / 1e9:.3f} B parameters, setup {setup_s:.1f} s", flush=True)

@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
-from dynaresize.executor.rl.hf_engine import HFGenerateEngine
+from dynaresize.executor.engines.hf_engine import HFGenerateEngine
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig
 from dynaresize.executor.rl.model import build_model, count_parameters
 from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 
 def parse_args() -> argparse.Namespace:

@@ -33,20 +33,20 @@ from typing import Any
 
 import torch
 
-from dynaresize.executor.rl.engine import (
+from dynaresize.executor.engines.hf_engine import HFGenerateEngine
+from dynaresize.executor.engines.interface import (
     GenerationOutput,
     GenerationRequest,
     RolloutEngine,
     SamplingParams,
 )
-from dynaresize.executor.rl.hf_engine import HFGenerateEngine
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig
 from dynaresize.executor.rl.model import (
     ModelSpec,
     build_model,
     count_parameters,
     flatten_parameters,
 )
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 MODEL = {
     "model_type": "qwen2",
@@ -134,7 +134,7 @@ def main() -> None:
     hf = HFGenerateEngine(model, pad_token_id=0)
     results["engines"]["hf_generate"] = rollout_rate(hf, requests, params, args.repeats)
 
-    from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig, import_vllm
+    from dynaresize.executor.engines.vllm_engine import VLLMEngine, VLLMEngineConfig, import_vllm
 
     vllm, import_s = timed(import_vllm)
     config = VLLMEngineConfig(

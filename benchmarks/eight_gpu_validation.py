@@ -13,7 +13,7 @@ balances rollout and training moves. The runs:
 
 Reported: each run's throughput; the gain of dynamic over the true best static split and over
 the first regime's best split; every resize's critical path and background cost for both
-strategies (measured from step times, executor/strategies/measure.py's rule); the twin's
+strategies (measured from step times, executor/observe/measure.py's rule); the twin's
 prediction of every run after calibration (stage costs fitted on the static runs only, resize
 phases on the dynamic runs' own resize records) with its error, and the predicted gain against
 the measured one (target: within 5%). Files go to benchmarks/results/eight_gpu/.

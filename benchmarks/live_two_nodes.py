@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     try:
         if args.address is None:
-            from dynaresize.executor.loopback_cluster import LoopbackCluster
+            from dynaresize.executor.testing.loopback_cluster import LoopbackCluster
 
             cluster = LoopbackCluster.of(NODES)
             os.environ.update(cluster.driver_env())  # before this process first starts Ray
@@ -189,7 +189,7 @@ def run_check(args: argparse.Namespace, out: Path, *, address: str, cluster: Any
 
 
 def _lineage(out: Path, live: Any) -> dict[str, Any]:
-    from dynaresize.executor.lineage import LineageError, check_lineage
+    from dynaresize.executor.run_folder.lineage import LineageError, check_lineage
 
     try:
         summary = check_lineage(out, live)
@@ -199,7 +199,7 @@ def _lineage(out: Path, live: Any) -> dict[str, Any]:
 
 
 def _state(resized_out: Path, static_out: Path) -> dict[str, Any]:
-    from dynaresize.executor import checkpoint as ckpt
+    from dynaresize.executor.run_folder import checkpoint as ckpt
 
     resized, static = ckpt.load(resized_out), ckpt.load(static_out)
     report = compare_states(resized.vectors, static.vectors)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 
 def parse_args() -> argparse.Namespace:

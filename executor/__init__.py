@@ -7,7 +7,13 @@ torch, transformers and ray are imported only inside this package (the `live` ex
 `config` (the `live:` section), which the command line reads for every command.
 
 The front door: `LiveConfig`, and `run_live` with its `LiveResult` (these two load torch and Ray
-on first use). docs/live-executor.md walks through the modules.
+on first use). The folders say which process the code runs in: the driver runs this top level
+(`driver`, `session`, `preflight`, `step_records`), `cluster/`, `strategies/`, `observe/` and
+`run_folder/`; each Ray worker runs `worker/` with `engines/`, `rl/`, `job/` and `staging/`, and
+never imports the driver side. The top's other modules (`config`, `placement_config`, `roles`,
+`batch`, `faults`, `ports`) are what both sides share. `testing/` is scaffolding for tests and
+benchmarks. docs/architecture.md ("The live executor in rooms") says why; docs/live-executor.md
+walks through the modules.
 """
 
 from __future__ import annotations

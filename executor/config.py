@@ -23,9 +23,9 @@ from dynaresize.policies.static import StaticConfig
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
+from .engines.config import EngineRelease, RolloutEngineConfig, read_old_rollout_engines
 from .job.config import DataConfig, RewardConfig
 from .placement_config import PlacementSettings
-from .rl.engine_config import EngineRelease, RolloutEngineConfig, read_old_rollout_engines
 from .rl.model_spec import ModelPreset, ModelSpec
 from .rl.settings import ObjectiveSettings, OptimizerSettings
 from .rl.task import RepeatTask, RepeatTaskConfig

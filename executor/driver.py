@@ -1,7 +1,7 @@
 """`run_live`: the live run's front door: check and read every input before Ray starts
-(`preflight.prepare_run`), start the cluster and the watchdog, run a `LiveSession`
-(session.py: setup, the step loop, resizes, records), and on every way out record the fault,
-release staging and stop what the run started.
+(`preflight.prepare_run`), start the cluster and the watchdog, build and run a `LiveSession`
+(session.py: the workers set up, then the step loop and its resizes), and on every way out
+record the fault (`faults.py`), release staging and stop what the run started.
 """
 
 from __future__ import annotations
@@ -13,31 +13,27 @@ from typing import Any
 from dynaresize.config_io import ConfigError
 from dynaresize.twin.config import ScenarioConfig
 
-from . import checkpoint as ckpt
-from .cluster import start
-from .config import DeviceKind, LiveConfig
-from .engine_memory import resolve_release
-from .job.live_job import resolve_job_paths
-from .job.reward import RewardFunctionError
-from .placement import check_address
-from .preflight import prepare_run
-from .resume_check import record_resume
-from .session import (
-    CONFIG_FILE,
-    FAULT_FILE,
-    SETUP_FILE,
-    WORKERS_FILE,
-    LiveResult,
-    LiveSession,
-)
-from .shutdown import (
+from .cluster.engine_memory import resolve_release
+from .cluster.placement import check_address
+from .cluster.ray_cluster import start
+from .cluster.runtime import Runtime
+from .cluster.shutdown import (
     Guard,
     RendezvousFolder,
     bounded,
     sigint_ignored,
     sweep_left_staging,
-    write_fault,
 )
+from .config import DeviceKind, LiveConfig
+from .faults import write_fault
+from .job.live_job import resolve_job_paths
+from .job.reward import RewardFunctionError
+from .preflight import prepare_run
+from .run_folder import checkpoint as ckpt
+from .run_folder.resume_check import record_resume
+from .run_folder.run_log import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE
+from .session import LiveResult, LiveSession, close_rollout_engines
+from .strategies.catalog import live_worker_class
 
 __all__ = [
     "CONFIG_FILE",
@@ -101,7 +97,8 @@ def run_live(
     run_config, engines = resolve_release(live, local=address is None)
     guard = Guard.start()  # kills what this run starts if the driver dies without cleaning up
     try:
-        cluster = start(run_config, address=address)  # cannot hold the run: nothing written
+        # cannot hold the run: nothing written
+        cluster = start(run_config, address=address, actor_cls=live_worker_class())
     except BaseException:
         guard.done()
         raise
@@ -111,37 +108,45 @@ def run_live(
     (out / CONFIG_FILE).write_text(live.model_dump_json(indent=2))
     (out / FAULT_FILE).unlink(missing_ok=True)
     scenario = config if isinstance(config, ScenarioConfig) else None
-    driver = LiveSession(
-        run_config,
-        cluster,
-        out,
-        restored,
-        Path(costs) if costs else None,
-        scenario=scenario,
-        prompts=prompts,
-        notes=[engines.note],
+    runtime = Runtime.for_cluster(
+        cluster, run_config, allocation=restored.allocation if restored else None
     )
     rendezvous = RendezvousFolder.create() if address is None else None
-    driver.runtime.rendezvous_file = rendezvous.file if rendezvous else None
+    runtime.rendezvous_file = rendezvous.file if rendezvous else None
+    session: LiveSession | None = None
     try:
-        result = driver.run()
+        session = LiveSession(
+            run_config,
+            runtime,
+            out,
+            restored,
+            Path(costs) if costs else None,
+            scenario=scenario,
+            prompts=prompts,
+            notes=[*cluster.notes, engines.note],
+        )
+        result = session.run()
     except BaseException as err:
         with sigint_ignored():
-            write_fault(out / FAULT_FILE, err, driver.runtime)
-            driver.close(quiet=True)  # keep what was recorded, never hide the error that ended it
+            write_fault(out / FAULT_FILE, err, runtime)
+            # keep what was recorded, never hide the error that ended the run
+            if session is not None:
+                session.close(quiet=True)
+            else:
+                close_rollout_engines(runtime, quiet=True)
         reward_error = _reward_error(err)
         if reward_error is not None:
             raise reward_error from None
         raise
     else:
         with sigint_ignored():  # the run is complete: a Ctrl-C now would only lose that
-            driver.close()
-            bounded(driver.release, what="releasing staging and process groups")
+            session.close()
+            bounded(session.release, what="releasing staging and process groups")
         return result
     finally:
         with sigint_ignored():
             if address is None:  # the workers are on this machine: wait for them to exit
-                cluster.worker_pids = [int(i["pid"]) for i in driver.worker_infos]
+                cluster.worker_pids = [int(i["pid"]) for i in runtime.worker_infos]
             cluster.shutdown()
             if rendezvous is not None:
                 rendezvous.remove()

@@ -15,13 +15,13 @@ from pathlib import Path
 
 from dynaresize.config_io import ConfigError
 
-from .checkpoint import Checkpoint
 from .config import LiveConfig
+from .engines.config import require_engine_installed
 from .job.hf_folder import inspect_model_folder
 from .job.live_job import check_export_target, prepare_prompt_source, restore_prompt_position
 from .job.prompt_source import PromptSource
-from .resume_check import ResumeNote, check_resume
-from .rl.engine_config import require_engine_installed
+from .run_folder.checkpoint import Checkpoint
+from .run_folder.resume_check import ResumeNote, check_resume
 
 
 def check_model_source(live: LiveConfig) -> None:

@@ -1,18 +1,21 @@
-"""`LiveSession`: one live run on a started cluster: setup, the step loop, resizes, records.
+"""`LiveSession`: one live run on a started cluster: set up when built, then the step loop.
 
-The loop, top down (one_step_off; sync generates batch k at the start of step k instead):
+The session orchestrates; what the policy sees is its observer's (`observe/observer.py`), what
+lands in the run folder its run log's (`run_folder/run_log.py`), a resize its strategy's
+(`strategies/`). The loop, top down (one_step_off; sync generates batch k at the start of step
+k instead):
 
     set_up_workers           world group, models, roles, weights, first weight sync
-         |                   (worker_setup.py)
+         |                   (cluster/worker_setup.py; in `LiveSession.__init__`)
     prelude                  replicas generate batch 0 with weights version 0
          |
     +--> step k ----------------------------------------------------------------------+
     |      strategy.before_train   finish whatever the update is about to read         |
     |      trainers: train on batch k  ||  replicas: generate batch k+1 (version k)     |
     |      weight sync             first trainer -> every replica (version k+1)         |
-    |      records                 step, samples, lineage (step_records.py)             |
+    |      records                 step, samples, lineage (step_records.py -> run log)  |
     |      strategy.after_step     background work of the last resize ends              |
-    |      decide                  observation -> policy.decide -> resize at boundary   |
+    |      decide                  observer -> policy.decide -> resize at boundary      |
     |      checkpoint              every `checkpoint_every_steps`, batch k+1 included   |
     +----- k + 1 <------------------------------------------------------------------------+
 
@@ -24,40 +27,26 @@ records and last checkpoint intact; `resume=True` continues from that checkpoint
 
 from __future__ import annotations
 
-import json
-import time
-from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dynaresize.policies.registry import build_policy
-from dynaresize.policies.types import Allocation, StageTimes, StepObservation
-from dynaresize.traces.schema import RunMeta
+from dynaresize.policies.types import Allocation
 from dynaresize.twin.config import ScenarioConfig
 
-from . import checkpoint as ckpt
 from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_evenly
-from .cluster import Cluster
+from .cluster.placement import node_notes
+from .cluster.runtime import Calls, Runtime
+from .cluster.worker_setup import set_up_workers
 from .config import LiveConfig, PipelineMode
-from .cost_feedback import ResizeCostFeedback, decision_cost_source
-from .estimates import CandidateEstimator
-from .job.live_job import (
-    export_policy,
-    prepare_prompt_source,
-)
+from .job.live_job import export_policy, prepare_prompt_source
 from .job.prompt_source import PromptItem, PromptSource
-from .placement import node_notes
-from .published_weights import PublishedWeights, append_published
-from .published_weights import start_file as start_weights_file
-from .records import RunRecorder
-from .resize import PhaseTiming, ResizeStrategy
+from .observe.cost_feedback import decision_cost_source
+from .observe.observer import Observer
 from .roles import RoleMap
-from .rollout import RolloutReport, collect_batch
-from .runtime import Calls, Runtime
-from .setup_prior import SOURCE as PRIOR_SOURCE
-from .setup_prior import prior_from_setup, prior_over_measured, write_prior_check
-from .shards import full_vectors
+from .run_folder import checkpoint as ckpt
+from .run_folder.run_log import RunLog, run_meta, write_setup, write_workers
 from .step_records import (
     ResizeLabel,
     StepClock,
@@ -65,20 +54,16 @@ from .step_records import (
     lineage_records,
     phase_records,
     sample_records,
-    stage_times,
     step_record,
     transfer_records,
 )
-from .strategies.catalog import build_strategy
-from .trainer import TrainReport
-from .worker import LiveWorker
-from .worker_engine import check_sync_digests
-from .worker_setup import SetupReport, set_up_workers
-
-FAULT_FILE = "fault.json"
-WORKERS_FILE = "workers.json"
-SETUP_FILE = "setup.json"
-CONFIG_FILE = "config.json"
+from .strategies.catalog import STRATEGIES, build_strategy
+from .strategies.strategy import PhaseTiming, ResizeStrategy
+from .worker.actor import LiveWorker
+from .worker.engine import check_sync_digests
+from .worker.rollout import RolloutReport, collect_batch
+from .worker.shards import full_vectors
+from .worker.trainer import TrainReport
 
 
 @dataclass
@@ -96,7 +81,7 @@ class LiveResult:
 
 
 class LiveSession:
-    """One live run on a started cluster: setup, the step loop, and its records.
+    """One live run on a started cluster: set up when built, then the step loop and its records.
 
     `run_live` builds one per run; tests use it to drive the workers directly.
     """
@@ -104,54 +89,70 @@ class LiveSession:
     def __init__(
         self,
         live: LiveConfig,
-        cluster: Cluster,
+        runtime: Runtime,
         out: Path,
         restored: ckpt.Checkpoint | None,
         costs_path: Path | None,
         *,
         scenario: ScenarioConfig | None = None,
         prompts: PromptSource | None = None,
-        notes: list[str] | None = None,
+        notes: Sequence[str] = (),
     ) -> None:
-        self.live = live
+        """Set the workers of `runtime` up (every part timed in setup.json), then what the policy
+        will see (`Observer`) and the run's records (`RunLog`): the session is ready to run.
+
+        `restored`: the checkpoint a resumed run continues from; `costs_path`: calibrated cost
+        models (`--costs`); `scenario`: the twin's description of the same cluster and model;
+        `prompts`: the run's prompt source, read before Ray started (built from `live` when
+        None); `notes`: what the trace's notes must say about the cluster and the engines. A
+        failure here (a lost worker) has written nothing but workers.json and setup.json; the
+        driver records it from `runtime`.
+        """
+        self.live, self.runtime, self.out, self.restored = live, runtime, out, restored
         self.prompts = prompts if prompts is not None else prepare_prompt_source(live)
         """Where every batch's prompts come from (the repeat task or the run's dataset); its
         position goes into each checkpoint."""
-        self.scenario = scenario
-        """The twin's description of the same cluster and model (a run config), if given."""
-        self.out = out
-        self.restored = restored
-        self.costs_path = costs_path
-        allocation = restored.allocation if restored else live.initial_allocation
-        self.runtime = Runtime(
-            config=live,
-            workers=cluster.workers,
-            roles=RoleMap.for_allocation(allocation),
-            start_wall=time.perf_counter(),
-        )
         self.one_step_off = live.pipeline is PipelineMode.ONE_STEP_OFF
         self.policy = build_policy(live.policy)
         self.strategy: ResizeStrategy = build_strategy(live.resize_strategy)
-        self.recent: deque[StageTimes] = deque(maxlen=live.recent_window_steps)
-        self.measured_resize_s: list[float] = []
         self.num_resizes = restored.num_resizes if restored else 0
-        self.steps_since_resize: int | None = None
         self.resize_before_step: int | None = None
         """Id of the resize at the boundary before the next step, for its step record."""
         self.last_resize: ResizeLabel | None = None
-        self.prior_check: float | None = None  # prediction / first measured resize, record next
         """The last resize, for its background phases, recorded once they have ended."""
-        self.recorder: RunRecorder | None = None
-        self.estimator: CandidateEstimator | None = None
-        self.cost_feedback: ResizeCostFeedback | None = None
-        self.cluster_notes = [*cluster.notes, *(notes or [])]  # the driver's: engines' release
-        self.worker_infos: list[dict[str, Any]] = []
-        """`LiveWorker.info` of every worker once they have answered (pids for shutdown)."""
+
+        setup = set_up_workers(
+            runtime, restored=restored, on_started=lambda infos: write_workers(out, infos)
+        )
+        write_setup(out, setup.timings_s)
+        self.observer = Observer(
+            live,
+            num_params=setup.numel,
+            setup_timings_s=setup.timings_s,
+            setup_parts=STRATEGIES[self.strategy.name].setup_parts,
+            costs_path=costs_path,
+            scenario=scenario,
+        )
+        digest = self._first_trainer_digest()
+        # the last call to the workers is behind: from here on nothing fails before `run`
+        meta = run_meta(
+            live,
+            device_name=setup.device_name,
+            num_params=setup.numel,
+            allocation=runtime.roles.allocation,
+            notes=[
+                self.observer.prior_note,
+                *node_notes(setup.worker_infos),
+                *notes,
+                *(self.prompts.notes() if live.data is not None else []),
+            ],
+        )
+        self.log = RunLog(out, meta=meta, restored=restored)
+        self._record_published(digest)
 
     # --- the run, top down ---------------------------------------------------------------
 
     def run(self) -> LiveResult:
-        self.setup()
         live, rt = self.live, self.runtime
         first = self.restored.next_step if self.restored else 0
         pending = self.restored.pending_batch if self.restored else None
@@ -165,7 +166,7 @@ class LiveSession:
             self._record_background(self.strategy.pop_background_phases())
             if step + 1 < live.num_steps:  # no boundary after the last step to act on
                 self._decide(step, batch)
-            self._recorder().sync()
+            self.log.sync()
             self._checkpoint_if_due(step + 1, pending)
         exported = self._export() if live.export_hf_dir is not None else None
         return LiveResult(
@@ -186,73 +187,25 @@ class LiveSession:
         flat = rt.call([first], LiveWorker.flat_weights).wait("exporting the policy")[first]
         return export_policy(self.live, flat, self.live.export_hf_dir)
 
-    def setup(self) -> None:
-        """Workers from fresh actors to their roles (setup.json times each part); the records,
-        the candidate estimator and the resize cost feedback."""
-        report = set_up_workers(
-            self.runtime, restored=self.restored, on_started=self._write_worker_infos
-        )
-        self.numel = report.numel
-        (self.out / SETUP_FILE).write_text(json.dumps(report.timings_s, indent=2))
-        self.estimator = CandidateEstimator.for_run(
-            self.live,
-            num_params=report.numel,
-            strategy=self.strategy.name,
-            costs_path=self.costs_path,
-            scenario=self.scenario,
-        )
-        # Resize costs the policy sees until this run has measured its own: the twin's calibrated
-        # model with --costs, else a prior from this run's own setup (setup_prior.py).
-        prior = None if self.costs_path else prior_from_setup(self.strategy.name, report.timings_s)
-        self.prior_s = prior.critical_s if prior else self.estimator.model_critical_s
-        self.prior_source = PRIOR_SOURCE if prior else self.estimator.model_source.value
-        self.cost_feedback = ResizeCostFeedback(
-            fallback_critical_s=self.prior_s,
-            fallback_background_s=self.estimator.model_background_s,
-            fallback_source=self.estimator.model_source,
-            fallback_replaces=prior is not None,
-        )
-        self.recorder = RunRecorder(
-            self.out,
-            meta=self._meta(report),
-            resume_from_step=self.restored.next_step if self.restored else None,
-        )
-        start_weights_file(
-            self.out, resume_version=self.restored.weights_version if self.restored else None
-        )
-        self._record_published()
-
-    def _record_published(self, digest: str | None = None) -> None:
+    def _record_published(self, digest: str | None) -> None:
         """The digest of the weights the first trainer just published (weights.jsonl): the one
-        its weight sync reported, else asked of it (after the setup's first sync)."""
+        its weight sync reported, else asked of it."""
         rt = self.runtime
-        source = rt.roles.trainer_ids[0]
-        if digest is None:
-            digest = rt.call([source], LiveWorker.weights_fingerprint).wait("digest")[source]
-        append_published(
-            self.out,
-            PublishedWeights(
-                weights_version=rt.weights_version, digest=digest, published_by_device=source
-            ),
+        digest = digest if digest is not None else self._first_trainer_digest()
+        self.log.published(
+            weights_version=rt.weights_version, digest=digest, by_worker=rt.roles.trainer_ids[0]
         )
 
-    def _write_worker_infos(self, infos: list[dict[str, Any]]) -> None:
-        """Process id, host and device of every worker (workers.json), for fault reports."""
-        self.worker_infos = infos
-        (self.out / WORKERS_FILE).write_text(json.dumps(infos))
+    def _first_trainer_digest(self) -> str:
+        rt = self.runtime
+        first = rt.roles.trainer_ids[0]
+        return rt.call([first], LiveWorker.weights_fingerprint).wait("digest")[first]
 
     def close(self, *, quiet: bool = False) -> None:
-        """Convert the records to Parquet. `quiet` (a run that failed): a conversion problem is
-        not raised over the error that ended the run; the JSONL records stay either way."""
-        self._close_engines(quiet=quiet)
-        if self.recorder is None:
-            return
-        try:
-            self.recorder.finish()
-        except Exception:
-            self.recorder.close()
-            if not quiet:
-                raise
+        """End the rollout engines, convert the records to Parquet. `quiet` (a run that failed):
+        a problem is not raised over the error that ended the run; the JSONL records stay."""
+        close_rollout_engines(self.runtime, quiet=quiet)
+        self.log.close(quiet=quiet)
 
     def release(self) -> None:
         """After a run that ended well: the strategy's staging pools and communicator caches,
@@ -260,16 +213,6 @@ class LiveSession:
         rt = self.runtime
         self.strategy.release(rt)
         rt.call(rt.all_ids, LiveWorker.leave_world).wait("leaving the world group")
-
-    def _close_engines(self, *, quiet: bool) -> None:
-        """End every worker's rollout engine (an engine process and its model folder) before
-        the actors go; after a failure, workers that cannot answer are skipped."""
-        rt = self.runtime
-        try:
-            rt.call(rt.all_ids, LiveWorker.close_rollout_engine).wait("closing rollout engines")
-        except Exception:
-            if not quiet:
-                raise
 
     # --- one step ------------------------------------------------------------------------
 
@@ -342,25 +285,8 @@ class LiveSession:
     def _decide(self, step: int, last_batch: RolloutBatch) -> None:
         """Ask the policy what to do at this boundary, record its decision, resize if it says."""
         rt = self.runtime
-        current = rt.roles.allocation
-        if self.steps_since_resize is not None:
-            self.steps_since_resize += 1
-        estimator, feedback = self._estimates()
-        candidates = estimator.predict(
-            current=current,
-            recent=tuple(self.recent),
-            measured_resize_s=tuple(self.measured_resize_s),
-            last_batch=last_batch,
-        )
-        obs = StepObservation(
-            step=step,
-            now_s=rt.clock(),
-            allocation=current,
-            recent=tuple(self.recent),
-            candidates=feedback.with_costs(candidates, current=current),
-            steps_since_resize=self.steps_since_resize,
-            remaining_steps=self.live.num_steps - step - 1,
-            measured_resize_costs_s=tuple(self.measured_resize_s),
+        obs = self.observer.observation(
+            step, clock=rt.clock, current=rt.roles.allocation, last_batch=last_batch
         )
         decision = self.policy.decide(obs)
         target = decision.target if decision.is_resize else None
@@ -371,10 +297,9 @@ class LiveSession:
             policy=getattr(self.live.policy, "kind", type(self.policy).__name__),
             cost_source=decision_cost_source(obs, decision).value,
             resize_id=resize_id,
-            prior_over_measured=self.prior_check,
+            prior_over_measured=self.observer.take_prior_check(),
         )
-        self.prior_check = None
-        self._recorder().write([record])
+        self.log.write([record])
         if target is not None:
             self._resize(step, target, predicted_s=record.predicted_resize_critical_s or 0.0)
 
@@ -393,18 +318,9 @@ class LiveSession:
         rt.phase = "step"
         critical_s = rt.clock() - begin
         self.last_resize = label
-        self._recorder().write([*phase_records(label, phases), *transfer_records(label, phases)])
-        if not self.measured_resize_s:
-            write_prior_check(
-                self.out,
-                prior_s=self.prior_s,
-                source=self.prior_source,
-                first_measured_s=critical_s,
-            )
-            self.prior_check = prior_over_measured(predicted_s, critical_s)
-        self.measured_resize_s.append(critical_s)
+        self.log.write([*phase_records(label, phases), *transfer_records(label, phases)])
+        self.observer.resized(critical_s, predicted_s=predicted_s, out=self.out)
         self.num_resizes += 1
-        self.steps_since_resize = 0
         self.resize_before_step = label.resize_id
 
     def _checkpoint_if_due(self, next_step: int, pending: RolloutBatch | None) -> None:
@@ -450,51 +366,24 @@ class LiveSession:
             resize_id=self.resize_before_step,
         )
         self.resize_before_step = None
-        self._estimates()[1].observe_step_record(record)
-        self._recorder().write([record, *sample_records(step, batch)])
-        self._recorder().write_lineage(lineage_records(step, batch, reports))
-        self.recent.append(stage_times(record, roles.allocation))
+        self.observer.step_recorded(record, roles.allocation)
+        self.log.step(record, sample_records(step, batch), lineage_records(step, batch, reports))
 
     def _record_background(self, phases: list[PhaseTiming]) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""
         if phases and self.last_resize is not None:
             label = self.last_resize
             records = [*phase_records(label, phases), *transfer_records(label, phases)]
-            self._recorder().write(records)
+            self.log.write(records)
 
-    def _meta(self, setup: SetupReport) -> RunMeta:
-        device_name = setup.device_name
-        allocation = self.runtime.roles.allocation
-        return RunMeta(
-            source="executor",
-            cluster=f"{self.live.num_workers} workers on {device_name}",
-            gpu_type=device_name,
-            num_gpus=self.live.num_workers,
-            model_name=json.dumps(
-                self.live.model.model_dump(mode="json", exclude_unset=True), sort_keys=True
-            ),
-            model_params_b=setup.numel / 1e9,
-            pipeline_mode=self.live.pipeline,
-            start_train_gpus=allocation.train_gpus,
-            start_rollout_gpus=allocation.rollout_gpus,
-            notes=[
-                f"device={self.live.device.value}",
-                f"strategy={self.live.resize_strategy.value}",
-                f"rollout_engines={self.live.rollout_engines.value}",
-                f"rollout_engine={self.live.rollout_engine.kind.value}",
-                f"rollout_engine_release={self.live.rollout_engine.release.value}",
-                f"staging_path={self.live.staging.path.value}",
-                f"resize_prior_s={self.prior_s:.3f} ({self.prior_source})",
-                *node_notes(setup.worker_infos),
-                *self.cluster_notes,
-                *(self.prompts.notes() if self.live.data is not None else []),
-            ],
+
+def close_rollout_engines(runtime: Runtime, *, quiet: bool) -> None:
+    """End every worker's rollout engine (an engine process and its model folder) before the
+    actors go; after a failure (`quiet`), workers that cannot answer are skipped."""
+    try:
+        runtime.call(runtime.all_ids, LiveWorker.close_rollout_engine).wait(
+            "closing rollout engines"
         )
-
-    def _recorder(self) -> RunRecorder:
-        assert self.recorder is not None, "records start after setup"
-        return self.recorder
-
-    def _estimates(self) -> tuple[CandidateEstimator, ResizeCostFeedback]:
-        assert self.estimator is not None and self.cost_feedback is not None, "after setup"
-        return self.estimator, self.cost_feedback
+    except Exception:
+        if not quiet:
+            raise

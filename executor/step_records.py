@@ -1,8 +1,9 @@
 """What the driver records of a step, a decision and a resize, built from what the workers reported.
 
 Pure functions of the step's batch, the trainers' reports and the clock readings: the trace
-records (`traces.schema`), the lineage records the lineage check reads (`records.LineageRecord`)
-and the stage times the policy's observation carries.
+records (`traces.schema`) and the lineage records the lineage check reads
+(`run_folder.records.LineageRecord`). The session hands them to its run log
+(`run_folder/run_log.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dynaresize.policies.types import (
-    Allocation,
     CandidatePrediction,
     Decision,
-    StageTimes,
     StepObservation,
 )
 from dynaresize.traces.phases import PipelineMode, StrategyName
@@ -30,11 +29,11 @@ from dynaresize.traces.schema import (
 from dynaresize.traces.transfers import TransferRecord, to_extra
 
 from .batch import RolloutBatch
-from .objective import LogprobGap
-from .records import LineageRecord
-from .resize import PhaseTiming
 from .roles import RoleMap
-from .trainer import TrainReport
+from .run_folder.records import LineageRecord
+from .strategies.strategy import PhaseTiming
+from .worker.objective import LogprobGap
+from .worker.trainer import TrainReport
 
 
 @dataclass(frozen=True)
@@ -131,18 +130,6 @@ def lineage_records(
                 trainer_weights_version=report.weights_version,
                 response_tokens=len(sample.response_token_ids),
             )
-
-
-def stage_times(record: StepRecord, allocation: Allocation) -> StageTimes:
-    """The step as the policy's observation carries it."""
-    return StageTimes(
-        step=record.step,
-        allocation=allocation,
-        rollout_s=record.rollout_s,
-        train_s=record.train_s,
-        sync_s=record.sync_s,
-        step_s=record.step_s,
-    )
 
 
 def decision_record(

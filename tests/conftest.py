@@ -9,7 +9,7 @@ import pytest
 def _owner_only_token() -> None:
     """Ray writes its token file readable by everyone, which the live runs of later tests
     refuse; create it first, owner-only, as a live run does."""
-    from dynaresize.executor.cluster import token_path, write_token
+    from dynaresize.executor.cluster.auth import token_path, write_token
 
     write_token(token_path())
 

@@ -1,7 +1,10 @@
 """Who may import whom, read from the table in docs/architecture.md and checked on the source.
 
 The rule lives in one place (the doc's table); this test parses it and walks every module of the
-project with `ast`, so a new import that breaks the layering fails here with the file and line.
+project with `ast` (`project_imports.py`), so a new import that breaks the layering fails here
+with the file and line. A library under "never imports" is refused at module level (a function
+may load it lazily where a feature needs it); a project package under "never imports" is
+refused anywhere, since a function that imports it loads it all the same.
 A second test imports the whole twin, traces and policies in a fresh interpreter and checks that
 none of the live executor's heavy dependencies came along.
 """
@@ -13,122 +16,19 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
+from project_imports import (
+    FOLDERS,
+    REPO,
+    imports_of,
+    is_within,
+    owner,
+    project_modules,
+    read_rules,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "architecture.md"
-HEADER = "| package | folder | may import | never imports | holds |"
-FOLDERS = {
-    "dynaresize.policies": REPO / "policies",
-    "dynaresize.traces": REPO / "traces",
-    "dynaresize.twin": REPO / "twin",
-    "dynaresize.executor": REPO / "executor",
-}
 HEAVY = ("torch", "ray", "vllm")
-
-
-@dataclass(frozen=True)
-class Rule:
-    package: str
-    may_import: frozenset[str] | None  # None: everything
-    never_imports: frozenset[str]
-
-
-def _names(cell: str) -> frozenset[str]:
-    cell = cell.strip()
-    if cell in ("-", ""):
-        return frozenset()
-    return frozenset(n.strip().strip("`") for n in cell.split(",") if n.strip())
-
-
-def read_rules() -> dict[str, Rule]:
-    lines = DOC.read_text().splitlines()
-    start = lines.index(HEADER)
-    rules = {}
-    for line in lines[start + 2 :]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        package = cells[0].strip("`")
-        may = None if cells[2] == "everything" else _names(cells[2])
-        rules[package] = Rule(package, may, _names(cells[3]))
-    return rules
-
-
-def owner(module: str, rules: dict[str, Rule]) -> str | None:
-    """The longest package of the table that is `module` or a dotted prefix of it."""
-    best = None
-    for package in rules:
-        if (module == package or module.startswith(package + ".")) and (
-            best is None or len(package) > len(best)
-        ):
-            best = package
-    return best
-
-
-def project_modules() -> dict[str, Path]:
-    """Every module of the project by dotted name, read from the real folders (not the links)."""
-    modules: dict[str, Path] = {}
-    roots = {**FOLDERS, "dynaresize": REPO / "dynaresize"}
-    for package, root in roots.items():
-        for path in root.rglob("*.py"):
-            relative = path.relative_to(root)
-            if package == "dynaresize" and relative.parts[0] in ("twin", "policies", "traces"):
-                continue
-            if package == "dynaresize" and relative.parts[0] == "executor":
-                continue
-            parts = list(relative.with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts = parts[:-1]
-            modules[".".join([package, *parts])] = path
-    return modules
-
-
-@dataclass(frozen=True)
-class Import:
-    target: str
-    line: int
-    at_module_level: bool
-
-
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def imports_of(module: str, path: Path, known: set[str]) -> list[Import]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: list[Import] = []
-
-    def visit(node: ast.AST, top: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                continue  # never executed
-            if isinstance(child, ast.Import):
-                found.extend(Import(a.name, child.lineno, top) for a in child.names)
-            elif isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base_parts = package.split(".")
-                    base_parts = base_parts[: len(base_parts) - child.level + 1]
-                    base = ".".join(base_parts + ([child.module] if child.module else []))
-                else:
-                    base = child.module or ""
-                for alias in child.names:
-                    sub = f"{base}.{alias.name}"
-                    found.append(Import(sub if sub in known else base, child.lineno, top))
-            inner_top = top and not isinstance(
-                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
-            )
-            visit(child, inner_top)
-
-    visit(tree, True)
-    return found
 
 
 def test_the_table_names_every_package():
@@ -153,12 +53,24 @@ def test_imports_follow_the_table():
                 problems.append(f"{where}: {rule.package} imports {imp.target} at module level")
             if not imp.target.startswith("dynaresize"):
                 continue
+            never = [n for n in rule.never_imports if n.startswith("dynaresize")]
+            if any(is_within(imp.target, n) for n in never):
+                problems.append(f"{where}: {rule.package} never imports {imp.target}")
             target_owner = owner(imp.target, rules)
             if target_owner in (None, rule.package) or rule.may_import is None:
                 continue
             if target_owner not in rule.may_import:
                 problems.append(f"{where}: {rule.package} may not import {imp.target}")
     assert not problems, "\n".join(problems)
+
+
+def test_every_never_of_the_table_names_a_library_or_a_project_module():
+    """A misspelt project name under "never imports" would forbid nothing."""
+    known = set(project_modules())
+    for rule in read_rules().values():
+        for name in rule.never_imports:
+            if name.startswith("dynaresize"):
+                assert any(is_within(m, name) for m in known), (rule.package, name)
 
 
 def test_every_package_says_what_it_is_for_and_may_import():
@@ -206,14 +118,23 @@ def test_the_link_in_dynaresize_points_at_the_top_level_folder(package):
     assert link.is_symlink() and link.resolve() == FOLDERS[package].resolve()
 
 
-MAX_MODULE_LINES = 500
+MAX_MODULE_LINES = 400
+OVER_THE_LIMIT = {
+    "dynaresize.traces.importers.csv": 408,
+    "dynaresize.twin.analysis.breakeven": 413,
+    "dynaresize.traces.chrome_trace": 437,
+    "dynaresize.twin.analysis.replay": 462,
+    "dynaresize.twin.costs.resize": 478,
+    "dynaresize.twin.pipeline": 480,
+    "dynaresize.traces.validation": 500,
+}
+"""Modules still longer than the limit, each held to its present size until it is split by job."""
 
 
 def test_no_module_is_over_the_size_limit():
     """Small modules with one job: a module past the limit is split by job, not by line count."""
-    long = {
-        name: n
-        for name, path in project_modules().items()
-        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
-    }
-    assert not long, f"over {MAX_MODULE_LINES} lines: {long}"
+    sizes = {name: len(path.read_text().splitlines()) for name, path in project_modules().items()}
+    long = {name: n for name, n in sizes.items() if n > OVER_THE_LIMIT.get(name, MAX_MODULE_LINES)}
+    assert not long, f"over {MAX_MODULE_LINES} lines (or their listed size): {long}"
+    split = sorted(name for name in OVER_THE_LIMIT if sizes.get(name, 0) <= MAX_MODULE_LINES)
+    assert not split, f"within {MAX_MODULE_LINES} lines now: drop them from OVER_THE_LIMIT: {split}"

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig
 from dynaresize.executor.job.char_model import CharModelSpec, build_char_model, build_char_tokenizer
 from dynaresize.executor.job.config import DataConfig, RewardConfig
 from dynaresize.executor.job.dataset import PromptDataset, load_prompt_dataset
 from dynaresize.executor.job.hf_folder import export_hf_folder
 from dynaresize.executor.job.reward import RewardInput, load_reward
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "dynaresize" / "data" / "arithmetic"
 MAX_RESPONSE_TOKENS = 12

@@ -314,8 +314,8 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         from dynaresize.executor.driver import run_live
 
         destination = out or default_out_dir(run_config.output.runs_dir)
+        from dynaresize.executor.faults import WorkerLostError
         from dynaresize.executor.job.reward import RewardFunctionError
-        from dynaresize.executor.runtime import WorkerLostError
 
         try:
             result = run_live(
@@ -331,7 +331,10 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
             print(f"records and last checkpoint kept in {destination}; continue with --resume")
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
-            from dynaresize.executor.shutdown import INTERRUPTED_EXIT_CODE, interrupted_message
+            from dynaresize.executor.cluster.shutdown import (
+                INTERRUPTED_EXIT_CODE,
+                interrupted_message,
+            )
 
             line = interrupted_message(
                 destination,

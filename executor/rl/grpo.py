@@ -1,9 +1,10 @@
 """GRPO: group-relative advantages and the clipped-ratio policy loss, as pure functions.
 
-Nothing here steps an optimizer or talks to other ranks: the live trainer (`executor/trainer.py`)
-calls `compute_loss` on its micro-batch with `num_tokens_total` set to the response tokens of the
-whole global batch, sums gradients across ranks, and steps; the result is the same as one process
-computing the loss over the global batch, whatever the split (up to reduction order).
+Nothing here steps an optimizer or talks to other ranks: the live trainer
+(`executor/worker/trainer.py`) calls `compute_loss` on its micro-batch with `num_tokens_total` set
+to the response tokens of the whole global batch, sums gradients across ranks, and steps; the
+result is the same as one process computing the loss over the global batch, whatever the split
+(up to reduction order).
 
 Loss of one batch (token-level mean over the global batch, as in DAPO/veRL's `token-mean`):
     ratio_t   = exp(logp_t - old_logp_t)

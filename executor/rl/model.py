@@ -9,12 +9,16 @@ to a rollout engine in one message.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, PreTrainedModel
 
-from .engine import Weights
 from .model_spec import PRESET_ARCHITECTURES, ModelDtype, ModelSpec
 from .task import TOKENIZER
+
+if TYPE_CHECKING:
+    from ..engines.interface import Weights
 
 TORCH_DTYPES: dict[ModelDtype, torch.dtype] = {
     ModelDtype.FLOAT32: torch.float32,

@@ -1,7 +1,7 @@
 """The GRPO objective's and the AdamW optimizer's settings: one set of names, checked without torch.
 
 They are the `objective:` and `optimizer:` of the `live:` section; `grpo.compute_loss` reads the
-objective's, the trainer (`executor/trainer.py`) the optimizer's.
+objective's, the trainer (`executor/worker/trainer.py`) the optimizer's.
 """
 
 from __future__ import annotations

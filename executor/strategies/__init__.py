@@ -1,14 +1,17 @@
-"""Resize strategies filling the executor's `ResizeStrategy` slot (`executor/resize.py`).
+"""The resize strategies' driver halves: how the driver moves the workers from one split to
+another at a step boundary.
+
+A strategy is one `Strategy` object (`strategy.py`): its driver half (a `ResizeStrategy`), its
+worker half (in `executor/worker/`), the phases it records and the setup parts its resize repeats.
+`catalog.STRATEGIES` lists them, one line each:
 
 - `host_sync`: every phase on the critical path, state through the Ray object store;
 - `overlapped`: the same move with three switchable mechanisms (cached communicators, bounded
-  host staging, deferred optimizer reload); its worker side is `overlapped_worker`;
-- `stop_and_rebuild`: the baseline, a checkpoint through disk and new workers; its worker side is
-  `stop_and_rebuild_worker`.
+  host staging, deferred optimizer reload);
+- `stop_and_rebuild`: the baseline, a checkpoint through disk and new workers.
 
-`catalog.build_strategy` picks one by its config name. `plan` is the slice re-cut plan and
-`measure` says how a resize is measured.
-
-Strategies may import the rest of `dynaresize.executor`, `dynaresize.policies` and
-`dynaresize.traces`; the twin only through the executor's cost estimates.
+The strategies may import the top of `dynaresize.executor` (config, roles), the driver's cluster
+(`executor.cluster`: the runtime, the actors' start), the worker side (`executor.worker`: the
+methods they call, the re-cut plan), `executor.staging`, `dynaresize.policies` and
+`dynaresize.traces`; never the session or the driver, which call them.
 """

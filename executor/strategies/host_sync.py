@@ -25,11 +25,13 @@ from ray import ObjectRef
 
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..cluster.runtime import Runtime
+from ..cluster.worker_setup import SetupPart
 from ..roles import RoleMap
-from ..runtime import Runtime
-from ..shards import ShardLayout, ShardState, sources_of
-from ..worker import LiveWorker
+from ..worker.actor import LiveWorker
+from ..worker.host_sync import HostSyncWorkerSide
+from ..worker.shards import ShardLayout, ShardState, sources_of
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy, Strategy
 
 
 def export_shards_to_host(
@@ -39,7 +41,7 @@ def export_shards_to_host(
 
     Returns the references by old trainer rank and the bytes copied.
     """
-    exported = runtime.call(old.trainer_ids, LiveWorker.stash_shard).wait("exporting state")
+    exported = runtime.call(old.trainer_ids, HostSyncWorkerSide.stash_shard).wait("exporting state")
     shard_refs = {old.trainer_rank(w): ref_list[0] for w, (ref_list, _) in exported.items()}
     return shard_refs, sum(nbytes for _, nbytes in exported.values())
 
@@ -108,7 +110,7 @@ def restore_weights_from_host(
     calls = runtime.call_each(
         runtime.call(
             [w],
-            LiveWorker.restore_weights,
+            HostSyncWorkerSide.restore_weights,
             old_shard_refs=[
                 shard_refs[r] for r in sources_of(old_layout, new_layout, target.trainer_rank(w))
             ],
@@ -153,5 +155,29 @@ class HostSyncStrategy(ResizeStrategy):
             extra["bytes_moved"] = int(sizes[target.trainer_ids[0]]["bytes"])
         with log.phase(PhaseName.POSTPROCESS):
             del shard_refs
-            runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait("releasing exported state")
+            runtime.call(runtime.all_ids, HostSyncWorkerSide.drop_stash).wait(
+                "releasing exported state"
+            )
         return log.phases
+
+
+IN_PROCESS_SETUP_PARTS = (SetupPart.ROLES_TAKEN, SetupPart.FIRST_WEIGHT_SYNC)
+"""What an in-process resize repeats of the setup: roles taken (groups, trainer state, rollout
+engines) and a weight sync; the actors, the world group and the models are kept."""
+
+HOST_SYNC = Strategy(
+    driver=HostSyncStrategy,
+    worker=HostSyncWorkerSide,
+    phases=(
+        PhaseName.STATE_EXPORT,
+        PhaseName.ROLLOUT_RELEASE,
+        PhaseName.WORKER_REINIT,
+        PhaseName.ROLLOUT_REINIT,
+        PhaseName.COMM_PREWARM,
+        PhaseName.WEIGHT_RESTORE,
+        PhaseName.OPTIMIZER_RESTORE,
+        PhaseName.WEIGHT_SYNC,
+        PhaseName.POSTPROCESS,
+    ),
+    setup_parts=IN_PROCESS_SETUP_PARTS,
+)

@@ -19,15 +19,23 @@ import time
 
 from dynaresize.traces.phases import PhaseName, StrategyName
 
+from ..cluster.runtime import Runtime
 from ..config import OverlappedMechanisms
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
 from ..roles import RoleMap
-from ..runtime import Runtime
 from ..staging import MIB, StagingConfig
 from ..staging.paths import TransferRoutes, TransferStat
-from ..worker import LiveWorker
-from .host_sync import export_shards_to_host, restore_weights_from_host, switch_roles_and_bind
-from .plan import reshard_moves, staged_bytes
+from ..worker.actor import LiveWorker
+from ..worker.host_sync import HostSyncWorkerSide
+from ..worker.overlapped import OverlappedWorkerSide
+from ..worker.slice_moves import reshard_moves, staged_bytes
+from .host_sync import (
+    HOST_SYNC,
+    IN_PROCESS_SETUP_PARTS,
+    export_shards_to_host,
+    restore_weights_from_host,
+    switch_roles_and_bind,
+)
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy, Strategy
 
 FP32_BYTES = 4
 
@@ -62,7 +70,7 @@ class OverlappedStrategy(ResizeStrategy):
         self.routes = locate_workers(runtime)
         names = runtime.call(
             runtime.all_ids,
-            LiveWorker.open_staging,
+            OverlappedWorkerSide.open_staging,
             candidates=list(runtime.config.candidates),
             staging=StagingConfig(
                 chunk_bytes=settings.chunk_mib * MIB,
@@ -74,11 +82,13 @@ class OverlappedStrategy(ResizeStrategy):
             routes=self.routes,
         ).wait("creating staging pools")
         self._pools = dict(names)
-        runtime.call(runtime.all_ids, LiveWorker.attach_staging_pools, pools=self._pools).wait(
-            "attaching pools"
-        )
+        runtime.call(
+            runtime.all_ids, OverlappedWorkerSide.attach_staging_pools, pools=self._pools
+        ).wait("attaching pools")
         if mech.reuse_communicators:
-            runtime.call(runtime.all_ids, LiveWorker.prewarm_groups).wait("prewarming groups")
+            runtime.call(runtime.all_ids, OverlappedWorkerSide.prewarm_groups).wait(
+                "prewarming groups"
+            )
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
@@ -88,9 +98,9 @@ class OverlappedStrategy(ResizeStrategy):
         """After the first step on a new split: collect when the background work ended."""
         if not self._background_workers:
             return
-        reports = runtime.call(self._background_workers, LiveWorker.settle_background_moves).wait(
-            "finishing background state moves"
-        )
+        reports = runtime.call(
+            self._background_workers, OverlappedWorkerSide.settle_background_moves
+        ).wait("finishing background state moves")
         self._background_workers = ()
         done = [r for r in reports.values() if r is not None]
         transfers = take_transfers(runtime, tuple(reports))
@@ -115,7 +125,9 @@ class OverlappedStrategy(ResizeStrategy):
         if not self._ready:
             return
         self.after_step(runtime)
-        runtime.call(runtime.all_ids, LiveWorker.close_staging).wait("closing staging pools")
+        runtime.call(runtime.all_ids, OverlappedWorkerSide.close_staging).wait(
+            "closing staging pools"
+        )
         self._ready = False
 
     def pop_background_phases(self) -> list[PhaseTiming]:
@@ -141,7 +153,9 @@ class OverlappedStrategy(ResizeStrategy):
         shard_refs = None
         with log.phase(PhaseName.STATE_EXPORT) as extra:
             if mech.staging:
-                held = runtime.call(old.trainer_ids, LiveWorker.hold_shard).wait("holding shards")
+                held = runtime.call(old.trainer_ids, OverlappedWorkerSide.hold_shard).wait(
+                    "holding shards"
+                )
                 extra["bytes_moved"] = 0  # referenced in place: nothing is copied
                 del held
             else:
@@ -150,7 +164,7 @@ class OverlappedStrategy(ResizeStrategy):
             runtime,
             log,
             target=target,
-            bind=LiveWorker.bind_cached_groups,
+            bind=OverlappedWorkerSide.bind_cached_groups,
             bind_doing="binding groups",
         )
 
@@ -159,7 +173,7 @@ class OverlappedStrategy(ResizeStrategy):
             if mech.staging:
                 runtime.call(
                     involved,
-                    LiveWorker.move_master_slices,
+                    OverlappedWorkerSide.move_master_slices,
                     moves=moves,
                     pools=self._pools,
                     transfer_base=self._next_transfer_ids(len(moves)),
@@ -178,7 +192,7 @@ class OverlappedStrategy(ResizeStrategy):
             if mech.staging:
                 runtime.call(
                     involved,
-                    LiveWorker.move_moment_slices,
+                    OverlappedWorkerSide.move_moment_slices,
                     moves=moves,
                     pools=self._pools,
                     transfer_base=self._next_transfer_ids(len(moves)),
@@ -190,7 +204,7 @@ class OverlappedStrategy(ResizeStrategy):
                     extra["transfers"] = take_transfers(runtime, involved)
             elif mech.defer_optimizer:
                 runtime.call(
-                    target.trainer_ids, LiveWorker.defer_host_moments, optimizer_step=step
+                    target.trainer_ids, OverlappedWorkerSide.defer_host_moments, optimizer_step=step
                 ).wait("deferring moments")
             else:
                 runtime.call(target.trainer_ids, LiveWorker.restore_optimizer).wait(
@@ -202,7 +216,7 @@ class OverlappedStrategy(ResizeStrategy):
         if shard_refs is not None:
             with log.phase(PhaseName.POSTPROCESS):
                 del shard_refs
-                runtime.call(runtime.all_ids, LiveWorker.drop_stash).wait(
+                runtime.call(runtime.all_ids, HostSyncWorkerSide.drop_stash).wait(
                     "releasing exported state"
                 )
         return log.phases
@@ -226,5 +240,16 @@ def locate_workers(runtime: Runtime) -> TransferRoutes:
 
 def take_transfers(runtime: Runtime, worker_ids: tuple[int, ...]) -> tuple[TransferStat, ...]:
     """The transfers the workers received since the last call, in worker order."""
-    logs = runtime.call(worker_ids, LiveWorker.take_transfer_log).wait("collecting transfers")
+    logs = runtime.call(worker_ids, OverlappedWorkerSide.take_transfer_log).wait(
+        "collecting transfers"
+    )
     return tuple(stat for w in sorted(logs) for stat in logs[w])
+
+
+OVERLAPPED = Strategy(
+    driver=OverlappedStrategy,
+    worker=OverlappedWorkerSide,
+    # host_sync's phases without its weight sync: the replicas hold the current weights already
+    phases=tuple(p for p in HOST_SYNC.phases if p is not PhaseName.WEIGHT_SYNC),
+    setup_parts=IN_PROCESS_SETUP_PARTS,
+)

@@ -20,20 +20,23 @@ import ray
 
 from dynaresize.traces.phases import PhaseName, Role, StrategyName
 
-from ..cluster import PLACEMENT_GROUP_NAME, start_workers
-from ..resize import PhaseLog, PhaseTiming, ResizeStrategy
+from ..cluster.ray_cluster import PLACEMENT_GROUP_NAME, start_workers
+from ..cluster.runtime import Runtime
+from ..cluster.worker_setup import SetupPart
 from ..roles import RoleMap
-from ..runtime import Runtime
-from ..worker import LiveWorker
+from ..worker.actor import LiveWorker
+from ..worker.stop_and_rebuild import StopAndRebuildWorkerSide
+from .host_sync import IN_PROCESS_SETUP_PARTS
+from .strategy import PhaseLog, PhaseTiming, ResizeStrategy, Strategy
 
 ActorFactory = Callable[[Runtime], list[Any]]
 """Starts a fresh set of worker actors for the runtime (one per bundle, same order)."""
 
 
-def restart_workers(runtime: Runtime, *, actor_cls: type[LiveWorker] = LiveWorker) -> list[Any]:
-    """New worker actors of `actor_cls`, in the run's placement group."""
+def restart_workers(runtime: Runtime) -> list[Any]:
+    """New worker actors of the run's actor class, in the run's placement group."""
     group = ray.util.get_placement_group(PLACEMENT_GROUP_NAME)
-    return start_workers(runtime.config, group, actor_cls=actor_cls)
+    return start_workers(runtime.config, group, actor_cls=runtime.actor_cls)
 
 
 class StopAndRebuildStrategy(ResizeStrategy):
@@ -56,7 +59,9 @@ class StopAndRebuildStrategy(ResizeStrategy):
         try:
             with log.phase(PhaseName.STATE_EXPORT) as extra:
                 saved = runtime.call(
-                    old.trainer_ids, LiveWorker.save_state_to_disk, directory=str(folder)
+                    old.trainer_ids,
+                    StopAndRebuildWorkerSide.save_state_to_disk,
+                    directory=str(folder),
                 ).wait("writing the checkpoint")
                 extra["bytes_moved"] = int(sum(r["bytes"] for r in saved.values()))
 
@@ -84,7 +89,9 @@ class StopAndRebuildStrategy(ResizeStrategy):
 
             with log.phase(PhaseName.WEIGHT_RESTORE) as extra:
                 loaded = runtime.call(
-                    runtime.all_ids, LiveWorker.load_model_from_disk, directory=str(folder)
+                    runtime.all_ids,
+                    StopAndRebuildWorkerSide.load_model_from_disk,
+                    directory=str(folder),
                 ).wait("loading model weights")
                 runtime.call(
                     target.trainer_ids,
@@ -95,7 +102,7 @@ class StopAndRebuildStrategy(ResizeStrategy):
                 runtime.call(target.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding ranks")
                 restored = runtime.call(
                     target.trainer_ids,
-                    LiveWorker.restore_weights_from_disk,
+                    StopAndRebuildWorkerSide.restore_weights_from_disk,
                     directory=str(folder),
                     old_num_ranks=old.num_trainers,
                 ).wait("loading trainer slices")
@@ -117,3 +124,25 @@ class StopAndRebuildStrategy(ResizeStrategy):
             with log.phase(PhaseName.POSTPROCESS):
                 shutil.rmtree(folder, ignore_errors=True)
         return log.phases
+
+
+STOP_AND_REBUILD = Strategy(
+    driver=StopAndRebuildStrategy,
+    worker=StopAndRebuildWorkerSide,
+    phases=(
+        PhaseName.STATE_EXPORT,
+        PhaseName.ROLLOUT_RELEASE,
+        PhaseName.WORKER_REINIT,
+        PhaseName.COMM_PREWARM,
+        PhaseName.WEIGHT_RESTORE,
+        PhaseName.OPTIMIZER_RESTORE,
+        PhaseName.ROLLOUT_REINIT,
+        PhaseName.POSTPROCESS,
+    ),
+    setup_parts=(
+        SetupPart.ACTORS_STARTED,
+        SetupPart.WORLD_GROUP,
+        SetupPart.MODELS_BUILT,
+        *IN_PROCESS_SETUP_PARTS,
+    ),
+)

@@ -6,13 +6,15 @@ in a temporary folder, so a notebook added later is picked up without touching t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 
 
@@ -26,7 +28,11 @@ def test_notebook_is_stored_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path, tmp_path):
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    # the kernel runs in a temporary folder: it imports this checkout, not an installed copy
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    )
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(
         notebook,

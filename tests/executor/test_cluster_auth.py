@@ -8,7 +8,7 @@ import stat
 import pytest
 
 from dynaresize.config_io import ConfigError
-from dynaresize.executor.cluster import check_token_auth
+from dynaresize.executor.cluster.auth import check_token_auth
 
 
 @pytest.fixture

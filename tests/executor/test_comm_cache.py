@@ -12,13 +12,13 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaresize.executor.comm_cache import (
+from dynaresize.executor.roles import RoleMap
+from dynaresize.executor.worker.comm_cache import (
     CommunicatorCache,
     GroupKind,
     distinct_memberships,
     memberships,
 )
-from dynaresize.executor.roles import RoleMap
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import Role
 

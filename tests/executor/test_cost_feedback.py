@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaresize.executor.cost_feedback import (
+from dynaresize.executor.observe.cost_feedback import (
     MatchLevel,
     ResizeCostFeedback,
     decision_cost_source,

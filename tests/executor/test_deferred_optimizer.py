@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from dynaresize.executor.deferred_optimizer import DeferredLoadError, DeferredOptimizerState
+from dynaresize.executor.worker.deferred_optimizer import DeferredLoadError, DeferredOptimizerState
 
 LR, BETAS, EPS = 1e-2, (0.9, 0.999), 1e-8
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from dynaresize.config_io import ConfigError
-from dynaresize.executor.rl.engine_config import (
+from dynaresize.executor.engines.config import (
     EngineKind,
     EngineRelease,
     RolloutEngineConfig,
@@ -94,7 +94,7 @@ def test_a_vllm_run_with_vllm_installed_passes_the_check():
 def test_the_section_is_checked_without_torch():
     code = (
         "import sys\n"
-        "from dynaresize.executor.rl.engine_config import RolloutEngineConfig\n"
+        "from dynaresize.executor.engines.config import RolloutEngineConfig\n"
         "RolloutEngineConfig(kind='vllm', release='keep')\n"
         "heavy = [m for m in ('torch', 'vllm', 'ray') if m in sys.modules]\n"
         "assert not heavy, heavy\n"

@@ -22,21 +22,16 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dynaresize.executor.rl.engine import (  # noqa: E402
+from dynaresize.executor.engines.hf_engine import HFGenerateEngine  # noqa: E402
+from dynaresize.executor.engines.interface import (  # noqa: E402
     FinishReason,
     GenerationOutput,
     GenerationRequest,
     RolloutEngine,
     SamplingParams,
 )
-from dynaresize.executor.rl.hf_engine import HFGenerateEngine  # noqa: E402
-from dynaresize.executor.rl.model import (  # noqa: E402
-    ModelSpec,
-    build_model,
-    flatten_parameters,
-    load_weights,
-)
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
+from dynaresize.executor.rl.model import ModelSpec, build_model, flatten_parameters, load_weights  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 
 EOS = TOKENIZER.eos_token_id
@@ -95,7 +90,7 @@ def vllm_engine(model_dir):
     # test session has both): its kernel rebinding once failed on llvmlite's `lib`.
     import llvmlite.binding  # noqa: F401
 
-    from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from dynaresize.executor.engines.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     engine = VLLMEngine(VLLMEngineConfig(model_path=model_dir, max_model_len=MAX_SEQ_LEN))
     yield engine
@@ -266,11 +261,7 @@ def test_vllm_release_and_rebuild_keep_the_loaded_weights(vllm_engine, original_
 
 
 def test_vllm_engine_refuses_what_it_cannot_run(vllm_engine, tmp_path, model_dir):
-    from dynaresize.executor.rl.vllm_engine import (
-        ReleaseMode,
-        VLLMEngine,
-        VLLMEngineConfig,
-    )
+    from dynaresize.executor.engines.vllm_engine import ReleaseMode, VLLMEngine, VLLMEngineConfig
 
     with pytest.raises(FileNotFoundError, match=r"no config\.json"):
         VLLMEngine(VLLMEngineConfig(model_path=tmp_path))
@@ -295,7 +286,7 @@ def test_vllm_names_a_model_folder_it_cannot_load(model_dir, tmp_path, max_model
     (tmp_path / "config.json").write_bytes((model_dir / "config.json").read_bytes())
     code = (
         "import sys; from pathlib import Path\n"
-        "from dynaresize.executor.rl.vllm_engine import VLLMEngine, VLLMEngineConfig\n"
+        "from dynaresize.executor.engines.vllm_engine import VLLMEngine, VLLMEngineConfig\n"
         "VLLMEngine(VLLMEngineConfig(model_path=Path(sys.argv[1]), max_model_len=int(sys.argv[2])))"
     )
     done = subprocess.run(

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.engine_memory import (
+from dynaresize.executor.cluster.engine_memory import (
     FIT_FRACTION,
     EngineMemory,
     MemoryBudget,
@@ -15,7 +14,8 @@ from dynaresize.executor.engine_memory import (
     engine_memory,
     resolve_release,
 )
-from dynaresize.executor.rl.engine_config import EngineRelease
+from dynaresize.executor.config import LiveConfig
+from dynaresize.executor.engines.config import EngineRelease
 from dynaresize.executor.rl.task import TOKENIZER
 
 MIB = 1024**2
@@ -119,8 +119,8 @@ def test_a_run_written_before_auto_resumes_with_the_new_default(tmp_path) -> Non
     `auto`) continues it: the release changes no sample and no weight."""
     import torch
 
-    from dynaresize.executor import checkpoint as ckpt
-    from dynaresize.executor.resume_check import CONFIG_FILE, check_resume
+    from dynaresize.executor.run_folder import checkpoint as ckpt
+    from dynaresize.executor.run_folder.resume_check import CONFIG_FILE, check_resume
     from dynaresize.policies.types import Allocation
 
     live = {"num_workers": 2, "initial_allocation": "1:1", "num_steps": 4}

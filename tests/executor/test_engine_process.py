@@ -24,25 +24,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from dynaresize.executor.rl.engine import (  # noqa: E402
-    EngineInputError,
-    GenerationOutput,
-    GenerationRequest,
-    RolloutEngine,
-    SamplingParams,
-)
-from dynaresize.executor.rl.engine_config import (  # noqa: E402
-    EngineKind,
-    RolloutEngineConfig,
-)
-from dynaresize.executor.rl.engine_process import (  # noqa: E402
-    BUFFER_PREFIX,
-    DEFAULT_SHM_DIR,
-    EngineProcess,
-    EngineProcessError,
-    remove_stale_buffers,
-)
-from dynaresize.executor.rl.engines import (  # noqa: E402
+from dynaresize.executor.engines.build import (  # noqa: E402
     EngineShape,
     LocalEngineFactory,
     ManagedEngine,
@@ -51,11 +33,21 @@ from dynaresize.executor.rl.engines import (  # noqa: E402
     make_local_engine,
     vllm_engine_config,
 )
-from dynaresize.executor.rl.model import (  # noqa: E402
-    ModelSpec,
-    build_model,
-    flatten_parameters,
+from dynaresize.executor.engines.config import EngineKind, RolloutEngineConfig  # noqa: E402
+from dynaresize.executor.engines.interface import (  # noqa: E402
+    EngineInputError,
+    GenerationOutput,
+    GenerationRequest,
+    RolloutEngine,
+    SamplingParams,
 )
+from dynaresize.executor.engines.process import EngineProcess, EngineProcessError  # noqa: E402
+from dynaresize.executor.engines.process_buffers import (  # noqa: E402
+    BUFFER_PREFIX,
+    DEFAULT_SHM_DIR,
+    remove_stale_buffers,
+)
+from dynaresize.executor.rl.model import ModelSpec, build_model, flatten_parameters  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 from dynaresize.executor.rl.weights_digest import weights_digest  # noqa: E402
 
@@ -125,7 +117,7 @@ def pair(request, model_dir, worker_model, original_weights, tmp_path_factory) -
     )
     assert isinstance(child, EngineProcess) and isinstance(child, ManagedEngine)
     if kind == "vllm":
-        from dynaresize.executor.rl.vllm_engine import VLLMEngine
+        from dynaresize.executor.engines.vllm_engine import VLLMEngine
 
         here = VLLMEngine(
             vllm_engine_config(config, model_path=model_dir, shape=SHAPE, dtype="float32")
@@ -305,9 +297,9 @@ KILLED_PARENT = """
 import sys, time
 from pathlib import Path
 import torch
-from dynaresize.executor.rl.engine_config import EngineKind
-from dynaresize.executor.rl.engine_process import EngineProcess
-from dynaresize.executor.rl.engines import EngineShape, LocalEngineFactory
+from dynaresize.executor.engines.config import EngineKind
+from dynaresize.executor.engines.process import EngineProcess
+from dynaresize.executor.engines.build import EngineShape, LocalEngineFactory
 from dynaresize.executor.rl.model import ModelSpec
 
 engine = EngineProcess(

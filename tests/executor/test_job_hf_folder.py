@@ -11,6 +11,8 @@ torch = pytest.importorskip("torch")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams  # noqa: E402
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.job.char_model import (  # noqa: E402
     CharModelSpec,
     ensure_char_model_folder,
@@ -23,8 +25,6 @@ from dynaresize.executor.job.hf_folder import (  # noqa: E402
     load_model,
     load_model_folder,
 )
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams  # noqa: E402
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

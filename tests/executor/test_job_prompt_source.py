@@ -20,11 +20,7 @@ from dynaresize.executor.job.prompt_source import (
     RepeatPromptSource,
 )
 from dynaresize.executor.job.reward import RewardFunctionError
-from dynaresize.executor.job.scoring import (
-    RepeatTaskScorer,
-    RewardFunctionScorer,
-    build_scorer,
-)
+from dynaresize.executor.job.scoring import RepeatTaskScorer, RewardFunctionScorer, build_scorer
 from dynaresize.executor.rl.task import LETTERS, TOKENIZER, RepeatTask, RepeatTaskConfig
 
 ARITHMETIC = Path(__file__).resolve().parents[2] / "dynaresize" / "data" / "arithmetic"

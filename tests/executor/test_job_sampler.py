@@ -9,11 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dynaresize.config_io import ConfigError
-from dynaresize.executor.job.prompt_sampler import (
-    PromptSampler,
-    SamplerPosition,
-    SamplerStateError,
-)
+from dynaresize.executor.job.prompt_sampler import PromptSampler, SamplerPosition, SamplerStateError
 
 
 def draw(sampler: PromptSampler, num_batches: int) -> list[list[int]]:

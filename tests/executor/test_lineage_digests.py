@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.lineage import _check_digests
-from dynaresize.executor.records import LineageRecord
+from dynaresize.executor.run_folder.lineage import _check_digests
+from dynaresize.executor.run_folder.records import LineageRecord
 
 
 def _row(step: int, version: int, digest: str | None) -> LineageRecord:
@@ -42,10 +42,9 @@ def test_digests_not_labels_decide() -> None:
 @pytest.mark.live
 @pytest.mark.timeout(600)
 def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_path) -> None:
-    from dynaresize.executor.cluster import start
-    from dynaresize.executor.driver import LiveSession
-    from dynaresize.executor.worker import LiveWorker
-    from dynaresize.executor.worker_engine import WeightsMismatchError
+    from dynaresize.executor.testing.harness import live_session
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.engine import WeightsMismatchError
 
     config = LiveConfig.model_validate(
         {
@@ -64,16 +63,15 @@ def test_a_replica_that_skips_its_weight_load_stops_the_run(ray_session, tmp_pat
     # An honest run passes the same check with digests: test_live_run checks its resized run.
     out = tmp_path / "stale"
     out.mkdir()
-    cluster = start(config, address=None)
-    session = LiveSession(config, cluster, out, None, None)
-    try:
-        rt = session.runtime
+
+    def inject(rt) -> None:
         rt.call(rt.all_ids, LiveWorker.inject_fault, "stale_weights").wait("fault")
-        with pytest.raises(WeightsMismatchError) as stopped:
-            session.run()
-    finally:
-        session.close()
-        cluster.shutdown()
+
+    with (
+        live_session(config, out, before_setup=inject) as session,
+        pytest.raises(WeightsMismatchError) as stopped,
+    ):
+        session.run()
     # the first sync after step 0 (version 1) finds the replica still on the initial weights
     assert "weights version 1: the first trainer sent digest" in str(stopped.value)
     assert "replicas loaded {2: " in str(stopped.value)

@@ -20,31 +20,27 @@ pytest.importorskip("ray")
 
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from dynaresize.executor import checkpoint as ckpt  # noqa: E402
 from dynaresize.executor.batch import BATCHES_DIR, load_batch  # noqa: E402
 from dynaresize.executor.config import LiveConfig  # noqa: E402
 from dynaresize.executor.driver import run_live  # noqa: E402
+from dynaresize.executor.engines.hf_engine import HFGenerateEngine  # noqa: E402
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams  # noqa: E402
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.job.char_model import write_char_model_folder  # noqa: E402
 from dynaresize.executor.job.hf_folder import load_model_folder  # noqa: E402
-from dynaresize.executor.job.live_job import (  # noqa: E402
-    prepare_prompt_source,
-    replica_scorer,
-    rollout_shape,
-)
+from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer, rollout_shape  # noqa: E402
 from dynaresize.executor.job.reward import RewardFunctionError  # noqa: E402
-from dynaresize.executor.lineage import check_lineage  # noqa: E402
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams  # noqa: E402
-from dynaresize.executor.rl.hf_engine import HFGenerateEngine  # noqa: E402
 from dynaresize.executor.rl.model import flatten_parameters, load_flat_parameters  # noqa: E402
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
-from dynaresize.executor.rollout import (  # noqa: E402
+from dynaresize.executor.run_folder import checkpoint as ckpt  # noqa: E402
+from dynaresize.executor.run_folder.lineage import check_lineage  # noqa: E402
+from dynaresize.executor.worker.rollout import (  # noqa: E402
     RolloutRole,
     collect_batch,
     sampler_config,
     sampling_params,
 )
-from dynaresize.executor.shards import ShardLayout  # noqa: E402
-from dynaresize.executor.trainer import TrainerRole, flat_numel  # noqa: E402
+from dynaresize.executor.worker.shards import ShardLayout  # noqa: E402
+from dynaresize.executor.worker.trainer import TrainerRole, flat_numel  # noqa: E402
 from tests.job_files import verl_row, write_parquet  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -187,8 +183,8 @@ def _update_with_batch(live: LiveConfig):
 
 
 def _response_logprobs(model, samples) -> torch.Tensor:
-    from dynaresize.executor.objective import pack
     from dynaresize.executor.rl.grpo import token_logprobs
+    from dynaresize.executor.worker.objective import pack
 
     rows = pack(samples, device=torch.device("cpu"), pad_token_id=0)
     with torch.no_grad():

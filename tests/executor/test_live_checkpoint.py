@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from dynaresize.executor import checkpoint as ckpt
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
+from dynaresize.executor.run_folder import checkpoint as ckpt
 from dynaresize.policies.types import Allocation
 
 

@@ -14,17 +14,17 @@ import torch
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
-from dynaresize.executor.objective import pack
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.task import TOKENIZER
-from dynaresize.executor.rollout import (
+from dynaresize.executor.worker.objective import pack
+from dynaresize.executor.worker.rollout import (
     RolloutRole,
     collect_batch,
     sampler_config,
     sampling_params,
 )
-from dynaresize.executor.shards import ShardLayout
-from dynaresize.executor.trainer import TrainerRole, flat_numel
+from dynaresize.executor.worker.shards import ShardLayout
+from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,7 +9,7 @@ import yaml
 from dynaresize.config import load_run_config
 from dynaresize.executor.batch import RolloutBatch, RolloutSample
 from dynaresize.executor.config import LIVE_PIPELINE_MODES, LiveConfig, PipelineMode
-from dynaresize.executor.estimates import CandidateEstimator
+from dynaresize.executor.observe.estimates import CandidateEstimator
 from dynaresize.executor.rl.model_spec import ModelDtype
 from dynaresize.policies.types import Allocation, CostSource, StageTimes
 from dynaresize.traces.phases import PhaseName, StrategyName

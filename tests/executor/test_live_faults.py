@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from dynaresize.executor import checkpoint
+from dynaresize.executor.cluster.shutdown import EXIT_BOUND_S
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import FAULT_FILE, WORKERS_FILE, run_live
-from dynaresize.executor.lineage import check_lineage
-from dynaresize.executor.resize import PhaseLog
-from dynaresize.executor.runtime import WorkerLostError
-from dynaresize.executor.shutdown import EXIT_BOUND_S
+from dynaresize.executor.faults import WorkerLostError
+from dynaresize.executor.run_folder import checkpoint
+from dynaresize.executor.run_folder.lineage import check_lineage
 from dynaresize.executor.staging.ring import POOL_PREFIX, staging_entries
+from dynaresize.executor.strategies.strategy import PhaseLog
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from dynaresize.executor.batch import RolloutSample
-from dynaresize.executor.objective import group_advantages, microbatch_loss
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.model_spec import ModelSpec
 from dynaresize.executor.rl.settings import ObjectiveSettings
+from dynaresize.executor.worker.objective import group_advantages, microbatch_loss
 
 SETTINGS = ObjectiveSettings()
 

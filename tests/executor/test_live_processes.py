@@ -29,8 +29,8 @@ import psutil
 import pytest
 import torch
 
-from dynaresize.executor import checkpoint
-from dynaresize.executor.shutdown import EXIT_BOUND_S, INTERRUPTED_EXIT_CODE
+from dynaresize.executor.cluster.shutdown import EXIT_BOUND_S, INTERRUPTED_EXIT_CODE
+from dynaresize.executor.run_folder import checkpoint
 from dynaresize.traces.io import read_trace
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]

@@ -8,11 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from dynaresize.executor.cluster import start
 from dynaresize.executor.config import LiveConfig, RolloutEngines
-from dynaresize.executor.driver import LiveSession
-from dynaresize.executor.shards import full_vectors
-from dynaresize.executor.worker import LiveWorker
+from dynaresize.executor.testing.harness import live_session
+from dynaresize.executor.worker.actor import LiveWorker
+from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.traces.io import read_trace
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
@@ -43,9 +42,7 @@ def _run(out, engines: RolloutEngines, device: str):
             "checkpoint_every_steps": None,
         }
     )
-    cluster = start(config, address=None)
-    session = LiveSession(config, cluster, out, None, None)
-    try:
+    with live_session(config, out) as session:
         session.run()
         rt = session.runtime
         built = {
@@ -54,9 +51,6 @@ def _run(out, engines: RolloutEngines, device: str):
         }
         shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
         state = full_vectors(list(shards.values()))
-    finally:
-        session.close()
-        cluster.shutdown()
     return built, state, read_trace(out / "trace")
 
 

@@ -17,15 +17,15 @@ import pandas as pd
 import pytest
 import torch
 
-from dynaresize.executor import checkpoint as ckpt
-from dynaresize.executor.cluster import start
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import LiveSession, run_live
-from dynaresize.executor.lineage import LineageError, check_lineage
-from dynaresize.executor.records import LINEAGE_JSONL
 from dynaresize.executor.roles import RoleMap
-from dynaresize.executor.shards import full_vectors
-from dynaresize.executor.worker import LiveWorker
+from dynaresize.executor.run_folder import checkpoint as ckpt
+from dynaresize.executor.run_folder.lineage import LineageError, check_lineage
+from dynaresize.executor.run_folder.records import LINEAGE_JSONL
+from dynaresize.executor.testing.harness import live_session
+from dynaresize.executor.worker.actor import LiveWorker
+from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
@@ -174,14 +174,9 @@ def replayed_session(resized_run, tmp_path_factory):
         checkpoint_every_steps=None,
     )
     out = tmp_path_factory.mktemp("static")
-    cluster = start(config, address=None)
-    session = LiveSession(config, cluster, out, None, None)
-    try:
+    with live_session(config, out) as session:
         session.run()
         yield config, session, out
-    finally:
-        session.close()
-        cluster.shutdown()
 
 
 def _trainer_state(session: LiveSession) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dynaresize.executor.shards import (
+from dynaresize.executor.worker.shards import (
     OPTIMIZER_TENSORS,
     ShardLayout,
     full_vectors,

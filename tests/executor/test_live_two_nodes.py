@@ -33,7 +33,7 @@ CONFIG = ROOT / "dynaresize" / "configs" / "live_two_nodes.yaml"
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    from dynaresize.executor.loopback_cluster import LoopbackCluster
+    from dynaresize.executor.testing.loopback_cluster import LoopbackCluster
 
     cluster = LoopbackCluster.of([("node_a", 2), ("node_b", 2)])
     cluster.start()
@@ -45,7 +45,10 @@ def two_nodes():
 
 
 def _driver(cluster, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
-    env = os.environ | (cluster.driver_env() if cluster is not None else {})
+    # a script's own folder comes first on its path: the driver imports this checkout, as the
+    # workers (started from ROOT) do, not an installed copy
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = os.environ | {"PYTHONPATH": path} | (cluster.driver_env() if cluster is not None else {})
     return subprocess.run(
         [sys.executable, *args],
         cwd=ROOT,
@@ -90,7 +93,7 @@ def test_moves_cross_the_node_boundary_both_ways_and_match_a_run_without_resizes
 def _transfers_are_the_recut_plan(transfers: list[dict], run: Path) -> None:
     """Every resize's recorded transfers are the plan's moves between workers, byte for byte."""
     from dynaresize.executor.roles import RoleMap
-    from dynaresize.executor.strategies.plan import reshard_moves
+    from dynaresize.executor.worker.slice_moves import reshard_moves
     from dynaresize.policies.types import Allocation
     from dynaresize.traces.io import read_trace
 
@@ -163,7 +166,7 @@ def _one_error_line(done: subprocess.CompletedProcess, *, expected: str) -> None
 
 
 def test_an_address_that_does_not_answer_is_refused_with_one_line(tmp_path) -> None:
-    from dynaresize.executor.cluster import free_port
+    from dynaresize.executor.ports import free_port
 
     out = tmp_path / "run"
     address = f"127.0.0.1:{free_port()}"

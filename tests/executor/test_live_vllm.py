@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from dynaresize.config import load_run_config
-from dynaresize.executor import checkpoint as ckpt
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.driver import run_live
-from dynaresize.executor.lineage import check_lineage
-from dynaresize.executor.records import read_lineage
+from dynaresize.executor.run_folder import checkpoint as ckpt
+from dynaresize.executor.run_folder.lineage import check_lineage
+from dynaresize.executor.run_folder.records import read_lineage
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
 from tests.cli_helpers import assert_one_error, invoke

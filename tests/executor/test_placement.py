@@ -11,10 +11,10 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from dynaresize.executor import placement
-from dynaresize.executor.cluster import bundle_for
+from dynaresize.executor.cluster import placement
+from dynaresize.executor.cluster.placement import PlacementError
+from dynaresize.executor.cluster.ray_cluster import bundle_for
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.placement import PlacementError
 from dynaresize.policies.types import Allocation
 
 TWO_BY_TWO = [{"resource": "node_a", "num_workers": 2}, {"resource": "node_b", "num_workers": 2}]

@@ -68,26 +68,18 @@ def _strategies():
 def session(tmp_path_factory, _ray_started):
     import ray
 
-    from dynaresize.executor.cluster import start
-    from dynaresize.executor.driver import LiveSession
+    from dynaresize.executor.testing.harness import live_session
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1")
     out = tmp_path_factory.mktemp("semantics")
-    cluster = start(CONFIG, address=None)
-    live = LiveSession(CONFIG, cluster, out, None, None)
-    try:
-        live.setup()
-        initial = _trainer_state(live)
-        yield live, initial
-    finally:
-        live.close()
-        cluster.shutdown()
+    with live_session(CONFIG, out) as live:
+        yield live, _trainer_state(live)
 
 
 def _trainer_state(session) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import full_vectors
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.shards import full_vectors
 
     rt = session.runtime
     shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("test export")
@@ -97,8 +89,8 @@ def _trainer_state(session) -> dict[str, torch.Tensor]:
 def _reset(session, initial: dict[str, torch.Tensor]) -> None:
     """Every worker back to the initial weights, the optimizer before its first step."""
     from dynaresize.executor.roles import RoleMap
-    from dynaresize.executor.shards import ShardLayout, shards_from_full
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.worker.actor import LiveWorker
+    from dynaresize.executor.worker.shards import ShardLayout, shards_from_full
 
     rt = session.runtime
     assert rt.roles == RoleMap.for_allocation(CONFIG.initial_allocation)
@@ -117,8 +109,8 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     """STEPS steps from the initial state with `strategy` resizing after the given steps;
     the samples of every batch and the trainer state at the end."""
     from dynaresize.executor.job.live_job import prepare_prompt_source
-    from dynaresize.executor.records import RunRecorder
     from dynaresize.executor.roles import RoleMap
+    from dynaresize.executor.run_folder.run_log import RunLog
     from dynaresize.traces.schema import RunMeta
 
     _reset(session, initial)
@@ -126,11 +118,9 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     rt = session.runtime
     session.strategy = strategy
     # each run records into a folder of its own (a trace's steps run forward)
-    session.recorder.close()
+    session.log.recorder.close()
     session.out = Path(tempfile.mkdtemp(prefix="run", dir=session.out.parent))
-    session.recorder = RunRecorder(
-        session.out, meta=RunMeta(source="executor"), resume_from_step=None
-    )
+    session.log = RunLog(session.out, meta=RunMeta(source="executor"), restored=None)
     batches = []
     for step in range(STEPS):
         rt.step = step

@@ -16,11 +16,15 @@ from typer.testing import CliRunner
 
 from dynaresize.cli import app
 from dynaresize.config import BUILTIN_CONFIG_DIR, load_run_config
-from dynaresize.executor import checkpoint as ckpt
 from dynaresize.executor import driver
-from dynaresize.executor.checkpoint_manifest import MANIFEST_FILE, CheckpointError, write_manifest
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.resume_check import (
+from dynaresize.executor.run_folder import checkpoint as ckpt
+from dynaresize.executor.run_folder.checkpoint_manifest import (
+    MANIFEST_FILE,
+    CheckpointError,
+    write_manifest,
+)
+from dynaresize.executor.run_folder.resume_check import (
     CONFIG_FILE,
     RESUMES_FILE,
     ResumeMismatchError,

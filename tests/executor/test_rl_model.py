@@ -8,8 +8,9 @@ torch = pytest.importorskip("torch")
 
 from pydantic import ValidationError  # noqa: E402
 
-from dynaresize.executor.rl.engine import GenerationRequest, SamplingParams  # noqa: E402
-from dynaresize.executor.rl.hf_engine import HFGenerateEngine  # noqa: E402
+from dynaresize.executor.engines.hf_engine import HFGenerateEngine  # noqa: E402
+from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams  # noqa: E402
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.rl.model import (  # noqa: E402
     build_model,
     count_parameters,
@@ -18,7 +19,6 @@ from dynaresize.executor.rl.model import (  # noqa: E402
     load_flat_parameters,
 )
 from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
-from dynaresize.executor.rl.sampler import KVCacheSampler, SamplerConfig  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 
 

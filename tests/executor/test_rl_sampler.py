@@ -11,27 +11,23 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dynaresize.executor.rl.decoder import UnsupportedModelError  # noqa: E402
-from dynaresize.executor.rl.engine import (  # noqa: E402
+from dynaresize.executor.engines.decoder import UnsupportedModelError  # noqa: E402
+from dynaresize.executor.engines.interface import (  # noqa: E402
     FinishReason,
     GenerationRequest,
     RolloutEngine,
     SamplingParams,
 )
-from dynaresize.executor.rl.model import build_model, flatten_parameters  # noqa: E402
-from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
-from dynaresize.executor.rl.sampler import (  # noqa: E402
-    KVCacheSampler,
-    SamplerConfig,
-    SamplerInputError,
-)
-from dynaresize.executor.rl.sampling import (  # noqa: E402
+from dynaresize.executor.engines.sampler import KVCacheSampler, SamplerConfig, SamplerInputError  # noqa: E402
+from dynaresize.executor.engines.sampling import (  # noqa: E402
     SamplingRule,
     _mul32,
     choose_tokens,
     mix32,
     sample_keys,
 )
+from dynaresize.executor.rl.model import build_model, flatten_parameters  # noqa: E402
+from dynaresize.executor.rl.model_spec import ModelSpec  # noqa: E402
 from dynaresize.executor.rl.task import TOKENIZER  # noqa: E402
 
 EOS = TOKENIZER.eos_token_id

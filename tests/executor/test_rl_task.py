@@ -6,12 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from dynaresize.executor.rl.task import (
-    TOKENIZER,
-    RepeatTask,
-    RepeatTaskConfig,
-    TaskInputError,
-)
+from dynaresize.executor.rl.task import TOKENIZER, RepeatTask, RepeatTaskConfig, TaskInputError
 
 EOS = TOKENIZER.eos_token_id
 

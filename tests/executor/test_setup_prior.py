@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from dynaresize.executor.setup_prior import PRIOR_FILE, prior_from_setup, write_prior_check
+from dynaresize.executor.observe.setup_prior import PRIOR_FILE, prior_from_setup, write_prior_check
 from dynaresize.traces.phases import StrategyName
 
 # setup.json of a 4-worker tiny CPU run (seconds)
@@ -21,12 +21,21 @@ SETUP = {
 }
 
 
+def _parts(name: StrategyName):
+    from dynaresize.executor.strategies.catalog import STRATEGIES
+
+    return STRATEGIES[name].setup_parts
+
+
 def test_the_prior_is_the_setup_work_a_resize_repeats() -> None:
-    overlapped = prior_from_setup(StrategyName.OVERLAPPED, SETUP)
+    overlapped = prior_from_setup(_parts(StrategyName.OVERLAPPED), SETUP)
     assert overlapped is not None and overlapped.critical_s == pytest.approx(0.06)
-    rebuild = prior_from_setup(StrategyName.STOP_AND_REBUILD, SETUP)
+    host_sync = prior_from_setup(_parts(StrategyName.HOST_SYNC), SETUP)
+    assert host_sync is not None and host_sync.critical_s == pytest.approx(0.06)
+    rebuild = prior_from_setup(_parts(StrategyName.STOP_AND_REBUILD), SETUP)
     assert rebuild is not None and rebuild.critical_s == pytest.approx(6.86)
-    assert prior_from_setup(StrategyName.OVERLAPPED, {"roles_taken": 1.0}) is None
+    assert prior_from_setup(_parts(StrategyName.OVERLAPPED), {"roles_taken": 1.0}) is None
+    assert prior_from_setup((), SETUP) is None
 
 
 def test_the_run_folder_says_how_far_the_prior_was(tmp_path) -> None:
@@ -37,7 +46,7 @@ def test_the_run_folder_says_how_far_the_prior_was(tmp_path) -> None:
 
 
 def test_the_decision_after_the_first_resize_says_how_far_the_prior_was() -> None:
-    from dynaresize.executor.setup_prior import prior_over_measured
+    from dynaresize.executor.observe.setup_prior import prior_over_measured
     from dynaresize.executor.step_records import decision_record
     from dynaresize.policies.types import Allocation, Decision, StageTimes, StepObservation
     from dynaresize.traces.schema import DecisionRecord

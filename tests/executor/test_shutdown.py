@@ -15,16 +15,17 @@ from pathlib import Path
 
 import psutil
 
-from dynaresize.executor import shutdown
+from dynaresize.executor import faults
+from dynaresize.executor.cluster import shutdown
+from dynaresize.executor.cluster.watchdog import REFRESH_S
 from dynaresize.executor.staging.ring import POOL_PREFIX, staging_entries
-from dynaresize.executor.watchdog import REFRESH_S
 
 REPO = Path(__file__).resolve().parents[2]
 
 FAKE_DRIVER = textwrap.dedent(
     """
     import subprocess, sys, time
-    from dynaresize.executor.shutdown import Guard
+    from dynaresize.executor.cluster.shutdown import Guard
     guard = Guard.start()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     print(child.pid, flush=True)
@@ -112,6 +113,28 @@ def test_fault_json_of_an_interrupted_run(tmp_path) -> None:
     class Progress:
         step, phase = 4, "resize"
 
-    shutdown.write_fault(tmp_path / "fault.json", KeyboardInterrupt(), Progress())
+    faults.write_fault(tmp_path / "fault.json", KeyboardInterrupt(), Progress())
     fault = json.loads((tmp_path / "fault.json").read_text())
     assert fault["kind"] == "interrupted" and fault["step"] == 4 and fault["phase"] == "resize"
+
+
+def test_fault_json_of_a_lost_worker_and_none_for_other_errors(tmp_path) -> None:
+    class Progress:
+        step, phase = 9, "step"
+
+    lost = faults.WorkerLostError(
+        worker_id=2, role="rollout", step=3, doing="generating batch 4", cause="ActorDiedError"
+    )
+    faults.write_fault(tmp_path / "fault.json", lost, Progress())
+    fault = json.loads((tmp_path / "fault.json").read_text())
+    assert fault == {
+        "kind": "worker_lost",
+        "worker_id": 2,
+        "role": "rollout",
+        "step": 3,
+        "phase": "step",
+        "doing": "generating batch 4",
+        "message": str(lost),
+    }
+    faults.write_fault(tmp_path / "other.json", ValueError("bad"), Progress())
+    assert not (tmp_path / "other.json").exists()

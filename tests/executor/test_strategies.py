@@ -11,10 +11,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dynaresize.executor.observe.measure import resize_costs
 from dynaresize.executor.roles import RoleMap
-from dynaresize.executor.shards import ShardLayout
-from dynaresize.executor.strategies.measure import resize_costs
-from dynaresize.executor.strategies.plan import reshard_moves
+from dynaresize.executor.worker.shards import ShardLayout
+from dynaresize.executor.worker.slice_moves import reshard_moves
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName
 
@@ -79,7 +79,7 @@ def test_resize_cost_is_the_gap_and_the_first_step_slowdown() -> None:
 
 ray = pytest.importorskip("ray")
 
-from dynaresize.executor.worker import LiveWorker  # noqa: E402
+from dynaresize.executor.worker.actor import LiveWorker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def live_config():
 def runtime(live_config, _ray_started):
     from ray.util.placement_group import remove_placement_group
 
-    from dynaresize.executor.strategies.harness import start_runtime
+    from dynaresize.executor.testing.harness import start_runtime
 
     rt, group, started = start_runtime(live_config)
     yield rt
@@ -111,7 +111,7 @@ def runtime(live_config, _ray_started):
 
 
 def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import shards_from_full
+    from dynaresize.executor.worker.shards import shards_from_full
 
     gen = torch.Generator().manual_seed(optimizer_step)
     vectors = {
@@ -131,7 +131,7 @@ def _load_random_state(rt, numel: int, *, optimizer_step: int) -> dict[str, torc
 
 
 def _current_vectors(rt) -> dict[str, torch.Tensor]:
-    from dynaresize.executor.shards import full_vectors
+    from dynaresize.executor.worker.shards import full_vectors
 
     shards = rt.call(rt.roles.trainer_ids, LiveWorker.export_shard).wait("exporting")
     return full_vectors(list(shards.values()))
@@ -165,7 +165,7 @@ MECHANISMS = [
 @pytest.mark.live
 def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runtime) -> None:
     from dynaresize.executor.config import OverlappedMechanisms
-    from dynaresize.executor.strategies.overlapped import OverlappedStrategy
+    from dynaresize.executor.strategies.overlapped import OVERLAPPED, OverlappedStrategy
 
     for index, switches in enumerate(MECHANISMS):
         mechanisms = OverlappedMechanisms(**switches)
@@ -182,12 +182,16 @@ def test_overlapped_moves_state_there_and_back_bitwise_with_any_mechanisms(runti
         if mechanisms.staging:
             export = [p for p in phases if p.phase is PhaseName.STATE_EXPORT]
             assert all(p.bytes_moved == 0 for p in export)  # held in place, never copied
+        assert names <= set(OVERLAPPED.phases)
         strategy.release(runtime)
 
 
 @pytest.mark.live
 def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> None:
-    from dynaresize.executor.strategies.stop_and_rebuild import StopAndRebuildStrategy
+    from dynaresize.executor.strategies.stop_and_rebuild import (
+        STOP_AND_REBUILD,
+        StopAndRebuildStrategy,
+    )
 
     numel = runtime.call([0], LiveWorker.trainer_numel).wait("sizing")[0]
     before = _load_random_state(runtime, numel, optimizer_step=9)
@@ -202,9 +206,52 @@ def test_stop_and_rebuild_restarts_the_workers_and_keeps_the_state(runtime) -> N
     assert not old_pids & new_pids
     assert all(p.critical for p in phases)
     assert next(p.phase for p in phases) is PhaseName.STATE_EXPORT
+    assert [p.phase for p in phases] == list(STOP_AND_REBUILD.phases)
     after = _current_vectors(runtime)
     for key, value in before.items():
         assert torch.equal(after[key], value), key
+
+
+@pytest.mark.live
+def test_host_sync_moves_state_there_and_back_bitwise_and_records_its_phases(runtime) -> None:
+    from dynaresize.executor.strategies.host_sync import HOST_SYNC, HostSyncStrategy
+
+    phases = _round_trip(runtime, HostSyncStrategy(), optimizer_step=11)
+    assert all(p.critical for p in phases)
+    one_resize = [p.phase for p in phases[: len(phases) // 2]]
+    assert one_resize == list(HOST_SYNC.phases)
+
+
+def test_every_strategy_is_one_registry_entry_with_both_halves() -> None:
+    """The registry names every strategy once; each names its driver half, its worker half (the
+    actor class has its methods), the setup parts of its prior and its phases; the twin prices
+    every name."""
+    from dynaresize.executor.cluster.worker_setup import SetupPart
+    from dynaresize.executor.strategies.catalog import (
+        STRATEGIES,
+        build_strategy,
+        live_worker_class,
+    )
+    from dynaresize.executor.testing.harness import BenchWorker
+    from dynaresize.traces.phases import StrategyName
+    from dynaresize.twin.costs.resize import ResizeCostParams
+    from dynaresize.twin.costs.resize_strategies import STRATEGY_COSTS
+
+    assert set(STRATEGIES) == set(StrategyName) == set(STRATEGY_COSTS)
+    actor = live_worker_class()
+    bench = live_worker_class(BenchWorker)
+    assert actor.__name__ == "LiveWorker" and issubclass(actor, LiveWorker)
+    assert issubclass(bench, BenchWorker) and hasattr(bench, "bench_step")
+    for name, strategy in STRATEGIES.items():
+        assert strategy.name is name and build_strategy(name).name is name
+        for cls in (actor, bench):
+            assert issubclass(cls, strategy.worker), (name, cls)
+        public = [m for m in vars(strategy.worker) if not m.startswith("_")]
+        assert public and all(callable(getattr(actor, m)) for m in public)
+        assert strategy.phases and len(set(strategy.phases)) == len(strategy.phases)
+        assert strategy.setup_parts and all(isinstance(p, SetupPart) for p in strategy.setup_parts)
+        assert STRATEGY_COSTS[name].table in ResizeCostParams.model_fields
+    assert len(actor.__mro__) == len(set(actor.__mro__))
 
 
 @settings(max_examples=100, deadline=None)

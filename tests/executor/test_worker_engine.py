@@ -11,21 +11,26 @@ import torch
 from pydantic import ValidationError
 
 from dynaresize.executor.config import LiveConfig, RolloutEngines
+from dynaresize.executor.engines.config import EngineKind, EngineRelease
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
-from dynaresize.executor.lineage import digest_problems
-from dynaresize.executor.records import LineageRecord
-from dynaresize.executor.rl.engine_config import EngineKind, EngineRelease
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.weights_digest import weights_digest
-from dynaresize.executor.rollout import RolloutRole, collect_batch, sampler_config, sampling_params
-from dynaresize.executor.shards import ShardLayout
-from dynaresize.executor.trainer import TrainerRole, flat_numel
-from dynaresize.executor.worker_engine import (
+from dynaresize.executor.run_folder.lineage import digest_problems
+from dynaresize.executor.run_folder.records import LineageRecord
+from dynaresize.executor.worker.engine import (
     WeightsMismatchError,
     WorkerEngine,
     check_sync_digests,
     flat_model_weights,
 )
+from dynaresize.executor.worker.rollout import (
+    RolloutRole,
+    collect_batch,
+    sampler_config,
+    sampling_params,
+)
+from dynaresize.executor.worker.shards import ShardLayout
+from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

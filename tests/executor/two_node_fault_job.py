@@ -46,15 +46,15 @@ def job_config():
 def kill_when_the_master_slices_move(out: Path) -> tuple[dict, Callable[[], None]]:
     """Wrap the driver's remote calls: right after the move of the master slices starts, the
     victim is killed (once). Returns what was killed and how to unwrap the calls."""
-    from dynaresize.executor.runtime import Runtime
-    from dynaresize.executor.worker import LiveWorker
+    from dynaresize.executor.cluster.runtime import Runtime
+    from dynaresize.executor.worker.overlapped import OverlappedWorkerSide
 
     original = Runtime.call
     killed: dict = {}
 
     def call(self, worker_ids, method, *args, **kwargs):
         calls = original(self, worker_ids, method, *args, **kwargs)
-        if method is LiveWorker.move_master_slices and not killed:
+        if method is OverlappedWorkerSide.move_master_slices and not killed:
             info = json.loads((out / "workers.json").read_text())[VICTIM]
             os.kill(info["pid"], signal.SIGKILL)
             killed.update(worker_id=VICTIM, pid=info["pid"], step=self.step)
@@ -72,8 +72,8 @@ def main() -> int:
     out = Path(args.out)
 
     from dynaresize.executor.driver import FAULT_FILE, run_live
-    from dynaresize.executor.lineage import check_lineage
-    from dynaresize.executor.runtime import WorkerLostError
+    from dynaresize.executor.faults import WorkerLostError
+    from dynaresize.executor.run_folder.lineage import check_lineage
     from dynaresize.traces.io import read_trace
 
     config = job_config()

@@ -26,6 +26,7 @@ from dynaresize.twin.costs.resize import (
     plan_resize,
     plan_resizes,
 )
+from dynaresize.twin.costs.resize_strategies import STRATEGY_COSTS
 from dynaresize.twin.costs.sync import SyncCostParams, weight_sync_s
 from dynaresize.twin.costs.train import TrainCostParams, train_stage_s
 
@@ -311,3 +312,26 @@ def test_a_recut_phase_moves_its_share_and_a_one_direction_phase_only_its_moves(
     assert phase(plans.gains_rollout, PhaseName.WEIGHT_RESTORE).bytes_moved == pytest.approx(
         master_gb * 1e9
     )
+
+
+def test_every_strategy_reads_its_phase_table_from_the_one_strategy_table() -> None:
+    """Each strategy's row names a phase table of `ResizeCostParams`; a derived row (host_sync)
+    is its table with every phase on the critical path, and `calibrate` leaves it unfitted."""
+    params = ResizeCostParams()
+    assert set(STRATEGY_COSTS) == set(StrategyName)
+    for strategy, costs in STRATEGY_COSTS.items():
+        table = getattr(params, costs.table)
+        phases = params.phases(strategy)
+        assert set(phases) == set(table)
+        if costs.every_phase_critical:
+            assert not costs.fitted and all(p.critical for p in phases.values())
+            for name, phase in phases.items():
+                assert phase.base_s == table[name].base_s and phase.s_per_gb == table[name].s_per_gb
+        else:
+            assert costs.fitted
+            assert {n for n, p in phases.items() if p.critical} == {
+                n for n, p in table.items() if p.critical
+            }
+    # nothing of host_sync overlaps: its stall is the overlapped stall plus the background work
+    host_sync, overlapped = plan(StrategyName.HOST_SYNC), plan(StrategyName.OVERLAPPED)
+    assert host_sync.background_tail_s == 0 and host_sync.critical_s > overlapped.critical_s

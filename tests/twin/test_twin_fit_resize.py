@@ -22,6 +22,7 @@ from dynaresize.twin.costs.resize import (
     StateMoved,
     plan_resize,
 )
+from dynaresize.twin.costs.resize_strategies import STRATEGY_COSTS
 from dynaresize.twin.simulation import simulate
 
 SCHEDULE = [
@@ -35,7 +36,7 @@ HOST_GBPS, LINK_GBPS = 20.0, 300.0  # not the reference bandwidths: the conversi
 
 
 # The strategies with a phase table of their own (host_sync is derived from overlapped's).
-TABLED_STRATEGIES = (StrategyName.STOP_AND_REBUILD, StrategyName.OVERLAPPED)
+TABLED_STRATEGIES = tuple(s for s, costs in STRATEGY_COSTS.items() if costs.fitted)
 
 
 def true_params() -> ResizeCostParams:
@@ -47,7 +48,7 @@ def true_params() -> ResizeCostParams:
         for i, (name, spec) in enumerate(base.phases(strategy).items()):
             rate = 0.0 if spec.moves is StateMoved.NONE else 0.35 + 0.2 * i
             phases[name] = spec.model_copy(update={"base_s": 3.0 + 2.5 * i, "s_per_gb": rate})
-        changed[strategy.value] = phases
+        changed[STRATEGY_COSTS[strategy].table] = phases
     return base.model_copy(update=changed)
 
 

@@ -31,7 +31,14 @@ from dynaresize.traces.phases import PhaseName, StrategyName
 
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
-from ..costs.resize import Link, PhaseCostParams, ResizeCostParams, plan_resize, runs_on_move
+from ..costs.resize import (
+    Link,
+    PhaseCostParams,
+    ResizeCostParams,
+    plan_resize,
+    runs_on_move,
+)
+from ..costs.resize_strategies import STRATEGY_COSTS
 from .fit_paths import fit_path_bandwidths, same_node_durations, transfer_records
 from .phase_fit import ParamStatus, PhaseFit, fit_one_phase
 from .resize_measure import critical_phase_spans, measured_critical_paths
@@ -146,10 +153,12 @@ def fit_resize_phases(
     fits = []
     for (strategy_value, phase_value), group in records.groupby(["strategy", "phase"], sort=True):
         strategy, phase = StrategyName(strategy_value), PhaseName(phase_value)
-        if strategy is StrategyName.HOST_SYNC:
+        costs = STRATEGY_COSTS[strategy]
+        if not costs.fitted:
+            fitted = " or ".join(sorted(s.value for s, c in STRATEGY_COSTS.items() if c.fitted))
             notes.append(
-                f"host_sync.{phase.value}: not fitted ({len(group)} records); the twin derives "
-                "host_sync from the overlapped table, so fit runs of overlapped or stop_and_rebuild"
+                f"{strategy.value}.{phase.value}: not fitted ({len(group)} records); the twin "
+                f"derives {strategy.value} from the {costs.table} table, so fit runs of {fitted}"
             )
             continue
         prior = updated[strategy].get(phase)
@@ -184,10 +193,7 @@ def fit_resize_phases(
         )
     zero_phases_never_run(records, updated, notes)
     placed = base.model_copy(
-        update={
-            "stop_and_rebuild": updated[StrategyName.STOP_AND_REBUILD],
-            "overlapped": updated[StrategyName.OVERLAPPED],
-        }
+        update={c.table: updated[s] for s, c in STRATEGY_COSTS.items() if c.fitted}
     )
     stalls = resize_stalls(traces, placed)
     coordination_s = base.coordination_s

@@ -24,6 +24,7 @@ from ..costs.resize import (
     gb_moved,
     topological_order,
 )
+from ..costs.resize_strategies import STRATEGY_COSTS
 
 BYTES_MATCH_RTOL = 0.01
 """Recorded bytes within this of a state kind's bytes on every record identify the kind."""
@@ -263,7 +264,7 @@ def zero_phases_never_run(
     """
     for strategy_value, group in records.groupby("strategy", sort=True):
         strategy = StrategyName(strategy_value)
-        if strategy is StrategyName.HOST_SYNC:
+        if not STRATEGY_COSTS[strategy].fitted:
             continue
         seen = {PhaseName(v) for v in group["phase"].unique()}
         for phase, spec in updated[strategy].items():

@@ -34,6 +34,7 @@ from dynaresize.traces.phases import PhaseName, StrategyName
 
 from .memory import GB, ModelConfig
 from .phase_order import topological_order
+from .resize_strategies import STRATEGY_COSTS
 from .transfer_paths import PathBandwidths, off_path_seconds, recut_shares_by_path
 
 
@@ -240,19 +241,17 @@ class ResizeCostParams(BaseModel):
         return self
 
     def phases(self, strategy: StrategyName) -> dict[PhaseName, PhaseCostParams]:
-        """The phase table of a strategy, as plans and fits read it. `host_sync` does the
-        overlapped strategy's work with nothing overlapped, so it is that table with every phase
-        on the critical path. In every table the rollout re-init, which starts engines, runs on
-        moves that give rollout GPUs only (`on_moves: any` is read as that)."""
-        if strategy is StrategyName.STOP_AND_REBUILD:
-            table = self.stop_and_rebuild
-        elif strategy is StrategyName.HOST_SYNC:
+        """The phase table of a strategy, as plans and fits read it (`STRATEGY_COSTS` says
+        which: `host_sync` does the overlapped strategy's work with nothing overlapped, so it is
+        that table with every phase on the critical path). In every table the rollout re-init,
+        which starts engines, runs on moves that give rollout GPUs only (`on_moves: any` is read
+        as that)."""
+        costs = STRATEGY_COSTS[strategy]
+        table: dict[PhaseName, PhaseCostParams] = getattr(self, costs.table)
+        if costs.every_phase_critical:
             table = {
-                name: phase.model_copy(update={"critical": True})
-                for name, phase in self.overlapped.items()
+                name: phase.model_copy(update={"critical": True}) for name, phase in table.items()
             }
-        else:
-            table = self.overlapped
         reinit = table.get(PhaseName.ROLLOUT_REINIT)
         if reinit is None or reinit.on_moves is MoveDirection.GAINING_ROLLOUT:
             return table
