@@ -123,7 +123,7 @@ OVER_THE_LIMIT = {
     "dynaresize.traces.importers.csv": 408,
     "dynaresize.twin.analysis.breakeven": 413,
     "dynaresize.traces.chrome_trace": 437,
-    "dynaresize.twin.analysis.replay": 462,
+    "dynaresize.twin.analysis.replay": 465,
     "dynaresize.twin.costs.resize": 478,
     "dynaresize.twin.pipeline": 480,
     "dynaresize.traces.validation": 500,
