@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -31,6 +32,7 @@ from dynaresize.policies.types import (
     CandidatePrediction,
     CostSource,
     Decision,
+    LendingOffer,
     Policy,
     StageTimes,
     StepObservation,
@@ -42,7 +44,10 @@ from .costs.resize import ResizePlan, ResizePlans
 from .step_costs import StepCosts
 from .trusted import trusted, trusted_complete
 
-__all__ = ["PipelineRecords", "run_pipeline"]
+if TYPE_CHECKING:
+    from .sample_pipeline import SampleInputs
+
+__all__ = ["PipelineRecords", "PipelineRun", "run_pipeline"]
 
 DECISION_FIELDS = (
     "step",
@@ -56,6 +61,24 @@ DECISION_FIELDS = (
     "predicted_resize_critical_s",
     "resize_id",
 )
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """Everything one run of the pipeline reads: one policy over every step of `costs`."""
+
+    costs: StepCosts
+    policy: Policy
+    policy_name: str
+    pipeline: PipelineConfig
+    initial: Allocation
+    plans: ResizePlans
+    predicted_step_s: np.ndarray
+    observation_window_steps: int
+    cost_source: CostSource
+    samples: SampleInputs | None = None
+    """Per-sample inputs, given exactly when the pipeline lends or keeps partial rollouts
+    (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""
 
 
 @dataclass
@@ -73,6 +96,11 @@ class PipelineRecords:
     train_intervals: list[tuple[float, float]] = field(default_factory=list)
     stall_s: float = 0.0
     end_s: float = 0.0
+    lending: dict[str, np.ndarray] | None = None
+    """Per-step lending columns (lent_gpus, lend_start_s, ...) and the decisions' `lend`, where
+    the pipeline could lend; None elsewhere."""
+    samples: dict[str, np.ndarray] | None = None
+    """Per-sample columns (finish_s, num_resumes) of a sample-level run; None elsewhere."""
 
     def add(self, table: dict[str, list], **row: object) -> None:
         for key, value in row.items():
@@ -88,28 +116,18 @@ class _PendingResize:
 
 
 class _Pipeline:
-    def __init__(
-        self,
-        *,
-        costs: StepCosts,
-        policy: Policy,
-        policy_name: str,
-        pipeline: PipelineConfig,
-        initial: Allocation,
-        plans: ResizePlans,
-        predicted_step_s: np.ndarray,
-        observation_window_steps: int,
-        cost_source: CostSource,
-    ) -> None:
+    def __init__(self, run: PipelineRun) -> None:
+        costs, cost_source = run.costs, run.cost_source
         self.env = simpy.Environment()
         self.costs = costs
-        self.policy = policy
-        self.policy_name = policy_name
-        self.pipeline = pipeline
-        self.current = costs.index(initial)
-        self.plans = plans
-        self.recent: deque[StageTimes] = deque(maxlen=observation_window_steps)
+        self.policy = run.policy
+        self.policy_name = run.policy_name
+        self.pipeline = run.pipeline
+        self.current = costs.index(run.initial)
+        self.plans = run.plans
+        self.recent: deque[StageTimes] = deque(maxlen=run.observation_window_steps)
         self.cost_source = cost_source
+        self.last_decision: Decision | None = None
         self.records = PipelineRecords()
         self.num_steps = costs.num_steps
         # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
@@ -135,7 +153,7 @@ class _Pipeline:
         self.rollout_s = costs.rollout_s.tolist()
         self.train_s = costs.train_s.tolist()
         self.sync_s = costs.sync_s.tolist()
-        self.predicted = predicted_step_s.tolist()
+        self.predicted = run.predicted_step_s.tolist()
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
         # Every field of each candidate's prediction but the predicted step time, for each
@@ -181,7 +199,16 @@ class _Pipeline:
             yield self.env.timeout(sync_s)
         self.records.train_intervals.append((start_s, self.env.now))
 
-    def _record_step(self, k: int, train_s: float, resize_id: int | None) -> None:
+    def _record_step(
+        self,
+        k: int,
+        train_s: float,
+        resize_id: int | None,
+        *,
+        wait_s: float | None = None,
+        waited_fraction: float | None = None,
+        lent: bool = False,
+    ) -> None:
         now = self.env.now
         self.step_start[k] = self.step_start_s
         self.step_end[k] = now
@@ -197,6 +224,9 @@ class _Pipeline:
                 train_s=train_s,
                 sync_s=self.sync_s[self.current],
                 step_s=now - self.step_start_s,
+                wait_s=wait_s,
+                waited_fraction=waited_fraction,
+                lent=lent,
             )
         )
 
@@ -258,12 +288,18 @@ class _Pipeline:
             steps_since_resize=since,
             remaining_steps=self.num_steps - k - 1,
             measured_resize_costs_s=tuple(self.measured_resize_costs_s),
+            lending=self._lending_offer(k),
         )
+
+    def _lending_offer(self, k: int) -> LendingOffer | None:
+        """What lending would give in the next step (a pipeline that lends says)."""
+        return None
 
     def _decide(self, k: int) -> int | None:
         """Ask the policy at the boundary after step k; the target's index, or None to hold."""
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
+        self.last_decision = decision
         current = self.costs.candidates[self.current]
         wanted = decision.target if decision.is_resize else None
         target = None
@@ -448,31 +484,15 @@ class _Pipeline:
         resume.succeed()
 
 
-def run_pipeline(
-    *,
-    costs: StepCosts,
-    policy: Policy,
-    policy_name: str,
-    pipeline: PipelineConfig,
-    initial: Allocation,
-    plans: ResizePlans,
-    predicted_step_s: np.ndarray,
-    observation_window_steps: int,
-    cost_source: CostSource,
-) -> PipelineRecords:
-    """Run one policy over every step of `costs`; returns the filled record columns."""
-    sim = _Pipeline(
-        costs=costs,
-        policy=policy,
-        policy_name=policy_name,
-        pipeline=pipeline,
-        initial=initial,
-        plans=plans,
-        predicted_step_s=predicted_step_s,
-        observation_window_steps=observation_window_steps,
-        cost_source=cost_source,
-    )
-    if pipeline.mode is PipelineMode.ASYNC:
+def run_pipeline(run: PipelineRun) -> PipelineRecords:
+    """Run one policy over every step of `run.costs`; returns the filled record columns."""
+    if run.samples is None:
+        sim = _Pipeline(run)
+    else:
+        from .sample_pipeline import SamplePipeline  # lending, partial rollouts
+
+        sim = SamplePipeline(run)
+    if run.pipeline.mode is PipelineMode.ASYNC:
         sim.run_async()
     else:
         sim.env.process(sim.lockstep())

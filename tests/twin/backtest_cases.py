@@ -29,6 +29,8 @@ from dynaresize.twin.simulation import SimResult, build_context, simulate
 
 BACKTEST_DIR = Path(__file__).resolve().parent / "backtests"
 TABLES = ("steps", "resizes", "decisions")
+"""Per-sample tables of the lending presets are left out: 100k rows, and every figure they
+feed (finish times, resumes) shows in the steps' lending columns and times."""
 FLOAT_FORMAT = "%.17g"
 """Every float with all its digits: the text is the figure, bit for bit."""
 
@@ -63,6 +65,8 @@ CASES = (
     ),
     Case("paper", lambda: shipped_scenario("paper")),
     Case("example", lambda: shipped_scenario("example")),
+    Case("verl_drc", lambda: shipped_scenario("verl_drc")),
+    Case("verl_switch", lambda: shipped_scenario("verl_switch")),
 )
 
 
