@@ -40,19 +40,27 @@ def lent_replica_ids(count: int) -> list[int]:
 @dataclass(frozen=True)
 class _Segment:
     start_s: float
-    """When decoding on these replicas began (absolute)."""
+    """When the layout was made (absolute)."""
     factor: float
     """How much replicas sharing devices stretch replica seconds into wall seconds."""
     timelines: dict[int, ReplicaTimeline]
+    starts_s: dict[int, float]
+    """When each replica's timeline begins: the layout's start, or for a replica that kept its
+    requests in flight, the end of its last whole decode iteration (a replan does not cut an
+    iteration short)."""
 
     @property
     def end_s(self) -> float:
-        longest = max((t.total_s for t in self.timelines.values()), default=0.0)
-        return self.start_s + self.factor * longest
+        ends = (self.starts_s[r] + self.factor * t.total_s for r, t in self.timelines.items())
+        return max(ends, default=self.start_s)
 
-    def elapsed(self, t: float) -> float:
-        """Replica seconds of this segment by absolute time t."""
-        return (t - self.start_s) / self.factor if self.factor > 0 else 0.0
+    def elapsed(self, rid: int, t: float) -> float:
+        """Replica seconds of replica `rid`'s timeline by absolute time t."""
+        return (t - self.starts_s[rid]) / self.factor if self.factor > 0 else 0.0
+
+    def finish_s(self, rid: int) -> np.ndarray:
+        """Absolute finish time of each sample of replica `rid`'s timeline."""
+        return self.starts_s[rid] + self.factor * self.timelines[rid].finish_s()
 
 
 def spread_counts(continuing: np.ndarray, num_to_place: int) -> np.ndarray:
@@ -142,7 +150,7 @@ class BatchInFlight:
     def _segment_finish_sorted(self) -> np.ndarray:
         if self._finish_sorted is None:
             seg = self.segment
-            parts = [seg.start_s + seg.factor * t.finish_s() for t in seg.timelines.values()]
+            parts = [seg.finish_s(rid) for rid in seg.timelines]
             self._finish_sorted = np.sort(np.concatenate(parts)) if parts else np.zeros(0)
         return self._finish_sorted
 
@@ -171,52 +179,73 @@ class BatchInFlight:
         not among them, or is in `abort`, are aborted (tokens kept with `keep_tokens`)."""
         seg = self.segment
         t = max(t, seg.start_s)
-        elapsed = seg.elapsed(t)
-        continuing: dict[int, np.ndarray] = {}
-        aborted, pending = [], []
+        own: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        kept_from: dict[int, float] = {}
+        aborted, orphaned = [], []
         for rid, line in seg.timelines.items():
-            done_it = line.iterations_done(elapsed)
+            done_it = line.iterations_done(max(0.0, seg.elapsed(rid, t)))
             generated = np.clip(done_it - line.start_it, 0, line.end_it - line.start_it)
             self.kept[line.samples] += generated
             self.decoded[line.samples] += generated
             finished = line.end_it <= done_it
             newly = finished & np.isnan(self.finish_s[line.samples])
-            self.finish_s[line.samples[newly]] = seg.start_s + seg.factor * line.finish_s()[newly]
-            started = (line.start_it < done_it) & ~finished
-            waiting = (line.start_it >= done_it) & ~finished
+            self.finish_s[line.samples[newly]] = seg.finish_s(rid)[newly]
+            started = line.samples[(line.start_it < done_it) & ~finished]
+            waiting = line.samples[(line.start_it >= done_it) & ~finished]  # FIFO order
             if rid in replicas and rid not in abort:
-                continuing[rid] = line.samples[started]
+                own[rid] = (started, waiting)
+                if done_it > 0:  # it goes on from the end of its last whole iteration
+                    boundary = line.end_of_iteration_s(np.array([done_it - 1]))[0]
+                    kept_from[rid] = seg.starts_s[rid] + seg.factor * float(boundary)
+                elif seg.starts_s[rid] > t:
+                    kept_from[rid] = seg.starts_s[rid]
             else:
-                aborted.append(line.samples[started])
-            pending.append(line.samples[waiting])
+                aborted.append(started)
+                orphaned.append(np.sort(waiting))
         gone = np.sort(np.concatenate(aborted)) if aborted else np.zeros(0, np.int64)
         self.resumes[gone] += 1
         if not self.keep_tokens:
             self.kept[gone] = 0
-        queued = np.sort(np.concatenate(pending)) if pending else np.zeros(0, np.int64)
-        pool = np.concatenate([gone, queued]).astype(np.int64)
+        pool = np.concatenate([gone, *orphaned]).astype(np.int64)
         self._replicas = list(replicas)
         self._fixed_end_s = None
         self._finish_sorted = None
-        self._segment = self._lay_out(t, self._replicas, continuing, pool)
+        self._segment = self._lay_out(t, self._replicas, own, pool, kept_from)
 
     def _lay_out(
-        self, t: float, replicas: list[int], continuing: dict[int, np.ndarray], pool: np.ndarray
+        self,
+        t: float,
+        replicas: list[int],
+        own: dict[int, tuple[np.ndarray, np.ndarray]],
+        pool: np.ndarray,
+        kept_from: dict[int, float] | None = None,
     ) -> _Segment:
-        counts = np.array([len(continuing.get(r, ())) for r in replicas], dtype=np.int64)
-        take = spread_counts(counts, len(pool))
-        bounds = np.concatenate([[0], np.cumsum(take)])
+        """Queues that balance the replicas' request counts: each keeps what runs on it and the
+        head of its own queue; the tails of long queues and the `pool` go, in that order after
+        the pool, to the replicas with the fewest (least-loaded routing of waiting requests)."""
+        empty = np.zeros(0, np.int64)
+        running = [own.get(r, (empty, empty))[0] for r in replicas]
+        waiting = [own.get(r, (empty, empty))[1] for r in replicas]
+        take = spread_counts(
+            np.array([len(x) for x in running], dtype=np.int64),
+            sum(len(w) for w in waiting) + len(pool),
+        )
+        moving = np.concatenate([pool, *(w[k:] for w, k in zip(waiting, take, strict=True))])
+        need = np.maximum(0, take - np.array([len(w) for w in waiting], dtype=np.int64))
+        bounds = np.concatenate([[0], np.cumsum(need)]).astype(np.int64)
         timelines = {}
         for i, rid in enumerate(replicas):
-            stay = continuing.get(rid, np.zeros(0, np.int64))
-            placed = pool[bounds[i] : bounds[i + 1]]
-            samples = np.concatenate([stay, placed]).astype(np.int64)
+            queued = np.concatenate(
+                [waiting[i][: take[i]], moving[bounds[i] : bounds[i + 1]]]
+            ).astype(np.int64)
+            samples = np.concatenate([running[i], queued]).astype(np.int64)
             if len(samples) == 0:
                 continue
-            prefill = np.concatenate([np.zeros(len(stay), np.int64), self._prefill(placed)])
+            prefill = np.concatenate([np.zeros(len(running[i]), np.int64), self._prefill(queued)])
             decode = self.length[samples] - self.kept[samples]
             timelines[rid] = plan_replica(samples, prefill, decode, self.params)
-        return _Segment(t, self.contention(len(replicas)), timelines)
+        starts = {rid: (kept_from or {}).get(rid, t) for rid in timelines}
+        return _Segment(t, self.contention(len(replicas)), timelines, starts)
 
     def _prefill(self, samples: np.ndarray) -> np.ndarray:
         """Tokens a (re)started request prefills: its prompt and the tokens it kept."""
@@ -225,9 +254,9 @@ class BatchInFlight:
     def complete(self) -> None:
         """Mark every sample finished (the batch is done): tokens all kept, finish times set."""
         seg = self.segment
-        for line in seg.timelines.values():
+        for rid, line in seg.timelines.items():
             todo = np.isnan(self.finish_s[line.samples])
-            self.finish_s[line.samples[todo]] = seg.start_s + seg.factor * line.finish_s()[todo]
+            self.finish_s[line.samples[todo]] = seg.finish_s(rid)[todo]
             self.decoded[line.samples] += line.end_it - line.start_it
         self.kept[:] = self.length
         np.minimum(self.finish_s, self.end_s, out=self.finish_s)

@@ -72,6 +72,10 @@ def lend_outcome(
     return WaitOutcome(free_s, ready_s, ready_s - back, waited, True, activate_end, serve_end)
 
 
+CLAIRVOYANT_THRESHOLDS = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))
+"""Deactivation thresholds a clairvoyant gate chooses among."""
+
+
 def clairvoyant_lend(
     batch: BatchInFlight,
     free_s: float,
@@ -79,18 +83,22 @@ def clairvoyant_lend(
     lent_replicas: list[int],
     plan: LendPlan,
     rebalance: bool,
-) -> bool:
-    """Whether lending until the batch is out lets training start earlier (knowing every
-    sample's length: the bound a gate that predicts perfectly reaches, wait by wait)."""
+) -> float | None:
+    """The deactivation threshold at which lending lets training start earliest, or None when
+    not lending is as early: what a gate that knows every sample's length does, wait by wait."""
     if not lent_replicas or batch.end_s <= free_s:
-        return False
-    lent = lend_outcome(
-        batch,
-        free_s,
-        lent_replicas=lent_replicas,
-        until=1.0,
-        plan=plan,
-        rebalance=rebalance,
-        apply=False,
-    )
-    return lent.ready_s < plain_wait(batch, free_s).ready_s
+        return None
+    best_s, best = plain_wait(batch, free_s).ready_s, None
+    for until in CLAIRVOYANT_THRESHOLDS:
+        ready_s = lend_outcome(
+            batch,
+            free_s,
+            lent_replicas=lent_replicas,
+            until=until,
+            plan=plan,
+            rebalance=rebalance,
+            apply=False,
+        ).ready_s
+        if ready_s < best_s:
+            best_s, best = ready_s, until
+    return best

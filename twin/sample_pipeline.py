@@ -53,8 +53,9 @@ class SampleInputs:
     predicted_train_s: np.ndarray
     """(num_steps, num_candidates): the same for training."""
     clairvoyant_lending: bool = False
-    """Ignore the policy's lending and lend exactly when it lets training start earlier
-    (knowing the lengths): the offline bound of lending."""
+    """Ignore the policy's lending and, at every wait, lend until the share of the batch that
+    lets training start earliest, or not at all (knowing the lengths): the offline bound of
+    lending (lend_wait.clairvoyant_lend)."""
 
 
 class SamplePipeline(_Pipeline):
@@ -120,10 +121,10 @@ class SamplePipeline(_Pipeline):
         lent = lent_replica_ids(self.num_lent[self.current])
         plan = self.inputs.lend
         if lend is not None and self.inputs.clairvoyant_lending:
-            chosen = clairvoyant_lend(
+            until = clairvoyant_lend(
                 batch, now, lent_replicas=lent, plan=plan, rebalance=self.rebalance
             )
-            lend = lend if chosen else None
+            lend = None if until is None else LendAction(until_ready_fraction=until)
         if lend is None or not lent:
             outcome = plain_wait(batch, now)
         else:

@@ -352,9 +352,9 @@ def simulate(
     A policy config (or mapping) is built into a fresh policy; a policy object is reset first,
     so a run never inherits state from an earlier one. Pass `context` (from `build_context`) to
     reuse one workload's stage times across policies; `workload`, `costs` and `seed` are then
-    ignored. `clairvoyant_lending` (with `pipeline.lending`) lends exactly at the waits where
-    knowing every sample's length says it lets training start earlier, whatever the policy
-    says: the offline bound of lending.
+    ignored. `clairvoyant_lending` (with `pipeline.lending`) lends at every wait as knowing
+    every sample's length says lets training start earliest, whatever the policy says: the
+    offline bound of lending.
     """
     ctx = context or build_context(config, workload=workload, costs=costs, seed=seed)
     if isinstance(policy_config_or_object, (PolicyConfigBase, dict)):

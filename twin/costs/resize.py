@@ -178,19 +178,6 @@ def _default_overlapped() -> dict[PhaseName, PhaseCostParams]:
     }
 
 
-def _default_activate() -> PhaseCostParams:
-    # Wake a sleeping replica (KV cache re-allocated, graphs kept) and load the current weights
-    # into it from the colocated trainer: about a second plus the gather-and-load rate of a
-    # weight sync, 0.3 s per GB, per GPU's tensor-parallel share.
-    return _phase(1.0, [], s_per_gb=0.3, moves=StateMoved.WEIGHTS)
-
-
-def _default_deactivate() -> PhaseCostParams:
-    # Abort the requests in flight, drop the KV cache and offload the weights to pinned host
-    # memory (25 GB/s): about a second plus the copy.
-    return _phase(1.0, [], s_per_gb=1.0 / 25.0, moves=StateMoved.WEIGHTS)
-
-
 class ResizeCostParams(BaseModel):
     """Phase DAGs of both strategies and how background work slows the next step."""
 
@@ -225,13 +212,13 @@ class ResizeCostParams(BaseModel):
     overlapped: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=_default_overlapped, description="Phases of the overlapped strategy."
     )
-    activate: PhaseCostParams = Field(
-        default_factory=_default_activate,
+    activate: PhaseCostParams = Field(  # a second, plus a weight sync's gather-and-load rate
+        default=PhaseCostParams(base_s=1.0, s_per_gb=0.3, moves=StateMoved.WEIGHTS),
         description="Lending within a step: waking the sleeping replicas on the trainers' GPUs "
         "and loading the current weights (bytes: each GPU's tensor-parallel share).",
     )
-    deactivate: PhaseCostParams = Field(
-        default_factory=_default_deactivate,
+    deactivate: PhaseCostParams = Field(  # a second, plus offloading weights at 25 GB/s
+        default=PhaseCostParams(base_s=1.0, s_per_gb=0.04, moves=StateMoved.WEIGHTS),
         description="Lending within a step: aborting the lent replicas' requests and putting "
         "them back to sleep (bytes: each GPU's tensor-parallel share).",
     )
