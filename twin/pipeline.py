@@ -21,8 +21,7 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -30,81 +29,19 @@ import simpy
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
-    CostSource,
     Decision,
     LendingOffer,
-    Policy,
     StageTimes,
     StepObservation,
 )
 from dynaresize.traces.phases import PhaseName, PipelineMode, Role, StrategyName
 
-from .config import InFlightHandling, PipelineConfig
-from .costs.resize import ResizePlan, ResizePlans
-from .step_costs import StepCosts
+from .config import InFlightHandling
+from .costs.resize import ResizePlan
+from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 from .trusted import trusted, trusted_complete
 
-if TYPE_CHECKING:
-    from .sample_pipeline import SampleInputs
-
 __all__ = ["PipelineRecords", "PipelineRun", "run_pipeline"]
-
-DECISION_FIELDS = (
-    "step",
-    "time_s",
-    "policy",
-    "decision",
-    "from_allocation",
-    "to_allocation",
-    "reason",
-    "cost_source",
-    "predicted_resize_critical_s",
-    "resize_id",
-)
-
-
-@dataclass(frozen=True)
-class PipelineRun:
-    """Everything one run of the pipeline reads: one policy over every step of `costs`."""
-
-    costs: StepCosts
-    policy: Policy
-    policy_name: str
-    pipeline: PipelineConfig
-    initial: Allocation
-    plans: ResizePlans
-    predicted_step_s: np.ndarray
-    observation_window_steps: int
-    cost_source: CostSource
-    samples: SampleInputs | None = None
-    """Per-sample inputs, given exactly when the pipeline lends or keeps partial rollouts
-    (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""
-
-
-@dataclass
-class PipelineRecords:
-    """Column lists of the three record tables, filled as the run goes."""
-
-    steps: dict[str, np.ndarray | list] = field(default_factory=dict)
-    """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
-    resizes: dict[str, list] = field(default_factory=dict)
-    decisions: dict[str, list] = field(default_factory=dict)
-    decision_rows: list[tuple] = field(default_factory=list)
-    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
-    at the end of the run, rather than appended to column by column at every boundary."""
-    rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
-    train_intervals: list[tuple[float, float]] = field(default_factory=list)
-    stall_s: float = 0.0
-    end_s: float = 0.0
-    lending: dict[str, np.ndarray] | None = None
-    """Per-step lending columns (lent_gpus, lend_start_s, ...) and the decisions' `lend`, where
-    the pipeline could lend; None elsewhere."""
-    samples: dict[str, np.ndarray] | None = None
-    """Per-sample columns (finish_s, num_resumes) of a sample-level run; None elsewhere."""
-
-    def add(self, table: dict[str, list], **row: object) -> None:
-        for key, value in row.items():
-            table.setdefault(key, []).append(value)
 
 
 @dataclass
@@ -373,21 +310,33 @@ class _Pipeline:
     def lockstep(self):
         one_step_off = self.pipeline.mode is PipelineMode.ONE_STEP_OFF
         if one_step_off and self.num_steps:
-            yield from self._rollout(0, 0)
+            yield from self._first_batch()
         for k in range(self.num_steps):
             train_s, resize_id = self._train_duration_s(k)
-            if one_step_off:
-                yield from self._overlapped_stage(k, train_s)
-            else:
-                yield from self._rollout(k, k)
-                yield from self._train_and_sync(train_s, one_event=True)
-            self._record_step(k, train_s, resize_id)
+            yield from self._lockstep_stage(k, train_s, one_step_off=one_step_off)
+            self._record(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
                 if target is not None:
                     yield from self._resize(k, target, None)
             self.step_start_s = self.env.now
         self.records.end_s = self.env.now
+
+    def _first_batch(self):
+        """One-step-off: batch 0 is generated before step 0."""
+        yield from self._rollout(0, 0)
+
+    def _lockstep_stage(self, k: int, train_s: float, *, one_step_off: bool):
+        """Step k's stages: overlapped with the next batch's rollout, or after its own."""
+        if one_step_off:
+            yield from self._overlapped_stage(k, train_s)
+        else:
+            yield from self._rollout(k, k)
+            yield from self._train_and_sync(train_s, one_event=True)
+
+    def _record(self, k: int, train_s: float, resize_id: int | None) -> None:
+        """Step k's records (a pipeline that follows samples adds how training waited)."""
+        self._record_step(k, train_s, resize_id)
 
     def _overlapped_stage(self, k: int, train_s: float):
         """Train on batch k while batch k+1 is generated (weights version k), then sync."""
@@ -454,20 +403,24 @@ class _Pipeline:
 
     def _trainer_loop(self):
         for k in range(self.num_steps):
-            yield self.batch_events[k]
+            yield from self._await_batch(k)
             train_s, resize_id = self._train_duration_s(k)
             yield from self._train_and_sync(train_s, one_event=False)
             self.version = k + 1
             event = self.version_events.pop(self.version, None)
             if event is not None:
                 event.succeed()
-            self._record_step(k, train_s, resize_id)
+            self._record(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
                 if target is not None:
                     yield from self._async_resize(k, target)
             self.step_start_s = self.env.now
         self.records.end_s = self.env.now
+
+    def _await_batch(self, k: int):
+        """Training waits for batch k."""
+        yield self.batch_events[k]
 
     def _async_resize(self, k: int, target: int):
         self.paused = True

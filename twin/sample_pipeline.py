@@ -37,7 +37,8 @@ from .config import InFlightHandling
 from .costs.lend import LendPlan
 from .costs.rollout import RolloutCostParams, contention_factor
 from .lend_wait import WaitOutcome, clairvoyant_lend, lend_outcome, plain_wait
-from .pipeline import PipelineRecords, PipelineRun, _Pipeline
+from .pipeline import _Pipeline
+from .pipeline_run import PipelineRecords, PipelineRun
 
 
 @dataclass(frozen=True)
@@ -166,26 +167,17 @@ class SamplePipeline(_Pipeline):
 
     # -- lockstep modes -----------------------------------------------------------------
 
-    def lockstep(self):
-        one_step_off = self.pipeline.mode is PipelineMode.ONE_STEP_OFF
-        if one_step_off and self.num_steps:
-            first = self._new_batch(0)
-            yield from self._rollout(0, 0)
-            self._batch_done(0, first, 0)
-        for k in range(self.num_steps):
-            train_s, resize_id = self._train_duration_s(k)
-            lend = self._take_lend()
-            if one_step_off:
-                yield from self._overlapped(k, train_s, lend)
-            else:
-                yield from self._sync_step(k, train_s, lend)
-            self._record(k, train_s, resize_id)
-            if k + 1 < self.num_steps:
-                target = self._decide(k)
-                if target is not None:
-                    yield from self._resize(k, target, None)
-            self.step_start_s = self.env.now
-        self.records.end_s = self.env.now
+    def _first_batch(self):
+        batch = self._new_batch(0)
+        yield from self._rollout(0, 0)
+        self._batch_done(0, batch, 0)
+
+    def _lockstep_stage(self, k: int, train_s: float, *, one_step_off: bool):
+        lend = self._take_lend()
+        if one_step_off:
+            yield from self._overlapped(k, train_s, lend)
+        else:
+            yield from self._sync_step(k, train_s, lend)
 
     def _sync_step(self, k: int, train_s: float, lend: LendAction | None):
         batch = self._new_batch(k)
@@ -271,25 +263,9 @@ class SamplePipeline(_Pipeline):
         self.in_flight_ends_s = self.in_flight[1].end_s
         self.rollout_proc.interrupt("replan")
 
-    def _trainer_loop(self):
-        for k in range(self.num_steps):
-            yield from self._await_batch(k, self._take_lend())
-            train_s, resize_id = self._train_duration_s(k)
-            yield from self._train_and_sync(train_s, one_event=False)
-            self.version = k + 1
-            event = self.version_events.pop(self.version, None)
-            if event is not None:
-                event.succeed()
-            self._record(k, train_s, resize_id)
-            if k + 1 < self.num_steps:
-                target = self._decide(k)
-                if target is not None:
-                    yield from self._async_resize(k, target)
-            self.step_start_s = self.env.now
-        self.records.end_s = self.env.now
-
-    def _await_batch(self, k: int, lend: LendAction | None):
+    def _await_batch(self, k: int):
         """Training is free and needs batch k: wait for it, lending if asked."""
+        lend = self._take_lend()
         ready, free_s = self.batch_events[k], self.env.now
         if lend is not None and not ready.triggered:
             yield self.env.timeout(0)  # a batch that may start at this instant, starts

@@ -4,29 +4,16 @@ cell for cell by the backtests (backtest_cases.py)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_scripts import load_script
 from twin_scenarios import shipped_scenario
 
 from dynaresize.twin.simulation import build_context, simulate
 
-FIT_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_verl_presets.py"
-
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("fit_verl_presets", FIT_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules[spec.name]
-    return module
+    return load_script("fit_verl_presets")
 
 
 def _lending_change(name: str, against: str) -> float:
