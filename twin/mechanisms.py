@@ -157,25 +157,30 @@ def compare_mechanisms(config: ScenarioConfig, context: SimContext) -> Mechanism
             _lends(best_bound),
         )
     )
-    step_s = np.column_stack(
-        [bound_runs[c.label].steps["step_s"].to_numpy() for c in context.step_costs.candidates]
-    )
+    candidates = context.step_costs.candidates
+    step_s = np.column_stack([bound_runs[c.label].steps["step_s"].to_numpy() for c in candidates])
     both_optimum = offline_optimum(
-        step_s, resize_matrix(context.step_costs.candidates, context.plans), initial_index=None
+        step_s, resize_matrix(candidates, context.plans), initial_index=None
     )
+    lent = np.column_stack(
+        [bound_runs[c.label].steps["lent_gpus"].to_numpy() > 0 for c in candidates]
+    )
+    both_lends = int(lent[np.arange(len(lent)), both_optimum.candidate_index].sum())
     rows.append(
-        _row(BOTH, "offline optimum", "", both_optimum.total_s, both_optimum.num_resizes, 0)
+        _row(
+            BOTH, "offline optimum", "", both_optimum.total_s, both_optimum.num_resizes, both_lends
+        )
     )
     table = pd.DataFrame(rows)
     table["change_vs_best_static"] = table["total_s"] / baselines.best_total_s - 1.0
     table = table[MECHANISM_COLUMNS]
     lines = _summary(table, context, runs)
     start_total = baselines.totals_s[start]
-    lent = runs[f"{LENDING} from {start}"].summary.total_s
+    lending_s = runs[f"{LENDING} from {start}"].summary.total_s
     lines.insert(
         2,
         f"on {start}, the split the job runs: lending ({verl.kind}) takes "
-        f"{_more_or_less(lent / start_total - 1.0)} than staying static there; lending at "
+        f"{_more_or_less(lending_s / start_total - 1.0)} than staying static there; lending at "
         "the clairvoyant waits takes "
         f"{_more_or_less(bound_runs[start].summary.total_s / start_total - 1.0)}",
     )

@@ -199,6 +199,12 @@ def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None
     )
     # regret_s stays in comparison.csv and summary.json; the terminal shows it as a share.
     print_table(comparison.table.drop(columns=["regret_s"]), title=title)
+    if run_config.pipeline.lending:
+        print(
+            "note: the policies lend GPUs within steps, which the offline optimum of "
+            "step-boundary schedules does not bound: no regret for them (--mechanisms gives "
+            "lending's own bound)"
+        )
     if side_by_side is not None:
         _print_mechanisms(side_by_side, title=f"{run_config.name}: mechanisms side by side")
     print(f"wrote {written}")
