@@ -134,6 +134,7 @@ class LendingOffer(BaseModel):
 
     lent_replicas: int = Field(ge=0, description="Rollout replicas the trainers' GPUs would add.")
     rollout_replicas: int = Field(ge=1, description="Replicas on the Rollout GPUs.")
+    samples_per_step: int = Field(ge=1, description="Samples one training step consumes.")
     ready_fraction: float = Field(
         ge=0,
         description="Samples of the next batch(es) already generated when training would start "
@@ -268,12 +269,16 @@ class Decision(BaseModel):
 
     @classmethod
     def hold(cls, reason: str = "", *, lend: LendAction | None = None) -> Decision:
+        if lend is None:  # the common answer: no field left to validate
+            return cls(kind=DecisionKind.HOLD, reason=reason)
         return cls(kind=DecisionKind.HOLD, reason=reason, lend=lend)
 
     @classmethod
     def resize(
         cls, target: Allocation, reason: str = "", *, lend: LendAction | None = None
     ) -> Decision:
+        if lend is None:
+            return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
         return cls(kind=DecisionKind.RESIZE, target=target, reason=reason, lend=lend)
 
     def with_lend(self, lend: LendAction | None, why: str) -> Decision:

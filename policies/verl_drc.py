@@ -6,7 +6,8 @@ The rule in verl, evaluated after every weight sync, in this order:
    already generated beyond what was consumed; only when `gap > 0` is the per-sample wait
    re-estimated from this cycle (its wait over the samples it waited for; kept from the last
    cycle that waited, a deliberately pessimistic 1000 s per sample before any, so it
-   activates); activate when the estimated time saved, `gap * per-sample wait`, exceeds
+   activates unless the switch costs more still); activate when the estimated time saved,
+   `gap * per-sample wait`, exceeds
    `switch_cost` = mean of the last 3 measured activate+deactivate cycles (10 s with none);
 2. adapt the ratio: after a cycle in which the trainer really waited for newly generated
    samples, raise it by the waited share of the cycle's samples clipped to [0.02, 0.1] (at most
@@ -14,9 +15,11 @@ The rule in verl, evaluated after every weight sync, in this order:
 3. before the next training the lent replicas are deactivated once `ratio * samples a step
    needs` are ready (the adapted ratio).
 
-Sample counts are shares of one step's batch. Where the caller lends within a step, the answer
-is exactly that (`LendAction(until_ready_fraction=ratio)`, clamped to [0, 1]) and the switch
-costs are the offer's measured cycles; elsewhere `policies.lending` maps it onto resizes.
+Sample counts are shares of one step's batch (the offer says how many samples a step needs,
+for the seed). Where the caller lends within a step, the answer is exactly that
+(`LendAction(until_ready_fraction=ratio)`, clamped to [0, 1]) and the switch costs are the
+offer's measured cycles; elsewhere `policies.lending` maps it onto resizes (and, with no sample
+count, the cold start activates).
 """
 
 from __future__ import annotations
@@ -60,6 +63,13 @@ class VerlDrcConfig(PolicyConfigBase):
     )
     default_switch_cost_s: float = Field(
         default=10.0, ge=0.0, description="Switch cost assumed before any switch was measured."
+    )
+    initial_per_sample_wait_s: float = Field(
+        default=1000.0,
+        ge=0.0,
+        description="Wait per sample assumed before any was measured: deliberately pessimistic, "
+        "so that the gate activates until real waits narrow it (verl's seed); where the caller "
+        "lends within a step and says how many samples a step needs.",
     )
 
     @model_validator(mode="after")
@@ -110,9 +120,13 @@ class VerlDrcPolicy(VerlRule):
         if signals.waited_fraction > 0.0:
             self._wait_per_batch_s = signals.wait_s / signals.waited_fraction
         cost_s = self.switch_cost_s(obs)
-        if self._wait_per_batch_s is None:
-            return True, f"gap {gap:.2f} of a batch, no wait-rate estimate yet (pessimistic)"
-        saved_s = gap * self._wait_per_batch_s
+        wait_per_batch_s = self._wait_per_batch_s
+        if wait_per_batch_s is None:
+            if obs.lending is None:
+                return True, f"gap {gap:.2f} of a batch, no wait-rate estimate yet (pessimistic)"
+            per_sample = self.config.initial_per_sample_wait_s
+            wait_per_batch_s = per_sample * obs.lending.samples_per_step
+        saved_s = gap * wait_per_batch_s
         if saved_s > cost_s:
             return True, f"estimated saving {saved_s:.1f} s > switch cost {cost_s:.1f} s"
         return False, f"estimated saving {saved_s:.1f} s <= switch cost {cost_s:.1f} s"

@@ -65,6 +65,8 @@ class _Pipeline:
         self.recent: deque[StageTimes] = deque(maxlen=run.observation_window_steps)
         self.cost_source = cost_source
         self.last_decision: Decision | None = None
+        self.can_lend = False
+        """Whether observations offer lending (a pipeline that lends sets it)."""
         self.records = PipelineRecords()
         self.num_steps = costs.num_steps
         # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
@@ -225,7 +227,7 @@ class _Pipeline:
             steps_since_resize=since,
             remaining_steps=self.num_steps - k - 1,
             measured_resize_costs_s=tuple(self.measured_resize_costs_s),
-            lending=self._lending_offer(k),
+            lending=self._lending_offer(k) if self.can_lend else None,
         )
 
     def _lending_offer(self, k: int) -> LendingOffer | None:
@@ -327,16 +329,18 @@ class _Pipeline:
         yield from self._rollout(0, 0)
 
     def _lockstep_stage(self, k: int, train_s: float, *, one_step_off: bool):
-        """Step k's stages: overlapped with the next batch's rollout, or after its own."""
+        """Step k's stages, as a SimPy sub-process body (returned, not run, so that the loop
+        delegates to it directly): overlapped with the next batch's rollout, or after its own."""
         if one_step_off:
-            yield from self._overlapped_stage(k, train_s)
-        else:
-            yield from self._rollout(k, k)
-            yield from self._train_and_sync(train_s, one_event=True)
+            return self._overlapped_stage(k, train_s)
+        return self._sync_stage(k, train_s)
 
-    def _record(self, k: int, train_s: float, resize_id: int | None) -> None:
-        """Step k's records (a pipeline that follows samples adds how training waited)."""
-        self._record_step(k, train_s, resize_id)
+    def _sync_stage(self, k: int, train_s: float):
+        yield from self._rollout(k, k)
+        yield from self._train_and_sync(train_s, one_event=True)
+
+    _record = _record_step
+    """Step k's records (a pipeline that follows samples adds how training waited)."""
 
     def _overlapped_stage(self, k: int, train_s: float):
         """Train on batch k while batch k+1 is generated (weights version k), then sync."""
@@ -403,7 +407,7 @@ class _Pipeline:
 
     def _trainer_loop(self):
         for k in range(self.num_steps):
-            yield from self._await_batch(k)
+            yield self._await_batch(k)
             train_s, resize_id = self._train_duration_s(k)
             yield from self._train_and_sync(train_s, one_event=False)
             self.version = k + 1
@@ -418,9 +422,9 @@ class _Pipeline:
             self.step_start_s = self.env.now
         self.records.end_s = self.env.now
 
-    def _await_batch(self, k: int):
-        """Training waits for batch k."""
-        yield self.batch_events[k]
+    def _await_batch(self, k: int) -> simpy.Event:
+        """The event training waits on for batch k (its being generated)."""
+        return self.batch_events[k]
 
     def _async_resize(self, k: int, target: int):
         self.paused = True

@@ -81,6 +81,8 @@ class SamplePipeline(_Pipeline):
         self.sample_finish_s = np.full(total, np.nan)
         self.sample_resumes = np.zeros(total, dtype=np.int64)
         self.batch_start_s = [0.0] * n
+        self.free_s = [0.0] * n
+        """When training was free for step k (async mode)."""
 
     # -- batches ------------------------------------------------------------------------
 
@@ -145,10 +147,26 @@ class SamplePipeline(_Pipeline):
         self.waits[k] = outcome
         return outcome
 
-    def _record(self, k: int, train_s: float, resize_id: int | None) -> None:
+    def _record(
+        self,
+        k: int,
+        train_s: float,
+        resize_id: int | None,
+        *,
+        wait_s: float | None = None,
+        waited_fraction: float | None = None,
+        lent: bool = False,
+    ) -> None:
+        """`_record_step` with how training waited in step k (from `self.waits`, which the
+        arguments of the same names would only repeat)."""
         wait = self.waits[k]
-        if wait is None:
-            self._record_step(k, train_s, resize_id, wait_s=0.0, waited_fraction=0.0)
+        if wait is None:  # no batch in flight when training was free (or a last step)
+            started_s = self.env.now - train_s - self.sync_s[self.current]
+            waited_s = 0.0
+            if self.pipeline.mode is PipelineMode.ASYNC:
+                waited_s = max(0.0, started_s - self.free_s[k])
+            fraction = 1.0 if waited_s > 0 else 0.0
+            self._record_step(k, train_s, resize_id, wait_s=waited_s, waited_fraction=fraction)
             return
         self._record_step(
             k,
@@ -175,9 +193,8 @@ class SamplePipeline(_Pipeline):
     def _lockstep_stage(self, k: int, train_s: float, *, one_step_off: bool):
         lend = self._take_lend()
         if one_step_off:
-            yield from self._overlapped(k, train_s, lend)
-        else:
-            yield from self._sync_step(k, train_s, lend)
+            return self._overlapped(k, train_s, lend)
+        return self._sync_step(k, train_s, lend)
 
     def _sync_step(self, k: int, train_s: float, lend: LendAction | None):
         batch = self._new_batch(k)
@@ -263,21 +280,29 @@ class SamplePipeline(_Pipeline):
         self.in_flight_ends_s = self.in_flight[1].end_s
         self.rollout_proc.interrupt("replan")
 
-    def _await_batch(self, k: int):
-        """Training is free and needs batch k: wait for it, lending if asked."""
-        lend = self._take_lend()
-        ready, free_s = self.batch_events[k], self.env.now
-        if lend is not None and not ready.triggered:
-            yield self.env.timeout(0)  # a batch that may start at this instant, starts
+    def _await_batch(self, k: int) -> simpy.Event:
+        """Training is free and needs batch k: the event to wait on, a process that lends first
+        where the last decision asked to (else the batch's own event, as in pipeline.py)."""
+        lend, ready = self._take_lend(), self.batch_events[k]
+        self.free_s[k] = self.env.now
+        if ready.triggered:
+            return ready
+        if lend is None:
+            flight = self.in_flight
+            if flight is not None and flight[0] == k:
+                self._wait(k, flight[1], None)
+            return ready
+        return self.env.process(self._lend_then_wait(k, lend))
+
+    def _lend_then_wait(self, k: int, lend: LendAction):
+        yield self.env.timeout(0)  # a batch that may start at this instant, starts
         flight = self.in_flight
-        if not ready.triggered and flight is not None and flight[0] == k:
+        if not self.batch_events[k].triggered and flight is not None and flight[0] == k:
             outcome = self._wait(k, flight[1], lend)
             if outcome.lent:
                 self._replanned()
                 yield self.env.timeout(outcome.ready_s - self.env.now)
-        yield ready
-        if self.waits[k] is None and self.env.now > free_s:  # the batch had not started
-            self.waits[k] = WaitOutcome(free_s, self.env.now, self.env.now - free_s, 1.0)
+        yield self.batch_events[k]
 
     def _async_resize(self, k: int, target: int):
         if not self.keep_tokens:
@@ -315,9 +340,11 @@ class SamplePipeline(_Pipeline):
         plan = self.inputs.lend
         home, lent = self.num_replicas[c], self.num_lent[c]
         lent_wait_s = plan.switch_s + max(0.0, wait_s - plan.activate_s) * home / (home + lent)
+        offsets = self.inputs.workload.step_offsets
         return LendingOffer(
             lent_replicas=lent,
             rollout_replicas=home,
+            samples_per_step=max(1, int(offsets[k + 2] - offsets[k + 1])),
             ready_fraction=ready,
             predicted_wait_s=wait_s,
             predicted_saving_s=wait_s - lent_wait_s if lent else 0.0,

@@ -44,6 +44,7 @@ def lending_obs(
     offer = LendingOffer(
         lent_replicas=lent,
         rollout_replicas=2,
+        samples_per_step=64,
         ready_fraction=ready,
         predicted_wait_s=predicted_wait_s,
         predicted_saving_s=saving_s,
@@ -168,3 +169,12 @@ def test_payback_lends_when_the_saving_repays_the_switch_with_margin(saving_s, l
     obs = lending_obs(0, wait_s=0, waited=0, ready=0.5, saving_s=saving_s, switch_s=(3.0, 1.0))
     decision = policy.decide(obs)
     assert (decision.lend is not None) == lends and not decision.is_resize
+
+
+@pytest.mark.parametrize(("prior_cost_s", "activates"), [(10.0, True), (20_000.0, False)])
+def test_verl_drc_seeds_a_pessimistic_wait_of_1000_s_per_sample(prior_cost_s, activates):
+    """No wait measured yet: gap 0.3 - 0.1 = 0.2 of 64 samples at 1000 s each = 12,800 s,
+    against the 10 s prior (activate) or a 20,000 s one (not)."""
+    policy = build_policy({"kind": "verl_drc", "default_switch_cost_s": prior_cost_s})
+    decision = policy.decide(lending_obs(0, wait_s=0, waited=0, ready=0.1))
+    assert (decision.lend is not None) == activates
