@@ -147,18 +147,9 @@ class SamplePipeline(_Pipeline):
         self.waits[k] = outcome
         return outcome
 
-    def _record(
-        self,
-        k: int,
-        train_s: float,
-        resize_id: int | None,
-        *,
-        wait_s: float | None = None,
-        waited_fraction: float | None = None,
-        lent: bool = False,
-    ) -> None:
-        """`_record_step` with how training waited in step k (from `self.waits`, which the
-        arguments of the same names would only repeat)."""
+    def _record(self, k: int, train_s: float, resize_id: int | None, **_given: object) -> None:
+        """`_record_step` with how training waited in step k, from `self.waits` (what the
+        whole-batch pipeline's keywords would say is already there)."""
         wait = self.waits[k]
         if wait is None:  # no batch in flight when training was free (or a last step)
             started_s = self.env.now - train_s - self.sync_s[self.current]
