@@ -66,6 +66,22 @@ class RunConfig(ScenarioConfig):
         return self
 
 
+TWIN_ONLY_PIPELINE_FIELDS = ("lending", "partial_rollout")
+"""Pipeline options the twin models and the live executor does not carry out yet."""
+
+
+def refuse_twin_only_options(config: RunConfig) -> None:
+    """A live run of a config that lends the trainers' GPUs within a step, or keeps partial
+    rollouts, is refused with one line naming the field: the executor would silently run
+    without them, and its records would not be the run the twin predicted."""
+    for name in TWIN_ONLY_PIPELINE_FIELDS:
+        if getattr(config.pipeline, name):
+            raise ConfigError(
+                f"pipeline.{name}: the live executor does not carry it out yet (the twin "
+                f"does: --mode sim or replay); set pipeline.{name}: false for --mode live"
+            )
+
+
 def builtin_config_names() -> list[str]:
     return sorted(p.stem for p in BUILTIN_CONFIG_DIR.glob("*.yaml"))
 

@@ -15,6 +15,11 @@ directional imbalance. Its filters, applied in this order at every step boundary
    one included), whoever made the last resize.
 6. Target: only candidate allocations; one notch at a time or straight to the candidate in the
    signalled direction with the lowest predicted step time (`move_mode`).
+
+Where the pipeline offers lending the trainers' GPUs within a step, the same band and count
+decide it (`lend`): it lends after `consecutive_signals` boundaries in a row at which the
+caller's predicted wait of training is at least `up_threshold` of the predicted step and lending
+is predicted to save time. No cooldown or dwell: a lend ends within its step.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from .base import PolicyConfigBase
 from .moves import Direction, MoveMode, choose_target
 from .signals import imbalance
 from .smoothing import AllocationEwma
-from .types import Decision, StepObservation
+from .types import Decision, LendAction, StepObservation
 
 
 class HysteresisConfig(PolicyConfigBase):
@@ -77,6 +82,12 @@ class HysteresisConfig(PolicyConfigBase):
         description="one_notch: to the nearest candidate; predicted_best: to the candidate in the "
         "signalled direction with the lowest predicted step time.",
     )
+    lend: bool = Field(
+        default=True,
+        description="Where the pipeline can lend the trainers' GPUs within a step: lend after "
+        "consecutive_signals boundaries whose predicted wait of training is at least "
+        "up_threshold of the predicted step and lending is predicted to save time.",
+    )
 
     def build(self) -> HysteresisPolicy:
         return HysteresisPolicy(self)
@@ -95,6 +106,7 @@ class HysteresisPolicy:
         self._streak_direction: Direction | None = None
         self._streak_count = 0
         self._last_resize_step: int | None = None
+        self._lend_streak = 0
 
     def _signal(self, smoothed: float) -> Direction | None:
         if smoothed >= self.config.up_threshold:
@@ -120,6 +132,33 @@ class HysteresisPolicy:
         return max(0, self.config.cooldown_steps - boundaries_since + 1)
 
     def decide(self, obs: StepObservation) -> Decision:
+        decision = self._resize_decision(obs)
+        if obs.lending is None or not self.config.lend:
+            return decision
+        return self._with_lending(obs, decision)
+
+    def _with_lending(self, obs: StepObservation, decision: Decision) -> Decision:
+        """The decision, lending when the band has held for `consecutive_signals` boundaries."""
+        offer = obs.lending
+        assert offer is not None
+        cfg = self.config
+        predicted_step_s = obs.candidate(obs.allocation).predicted_step_s
+        share = offer.predicted_wait_s / predicted_step_s if predicted_step_s > 0 else 0.0
+        signal = share >= cfg.up_threshold and offer.predicted_saving_s > 0.0
+        self._lend_streak = self._lend_streak + 1 if signal else 0
+        if not signal:
+            return decision
+        if self._lend_streak < cfg.consecutive_signals or offer.lent_replicas == 0:
+            return decision.with_lend(
+                None, f"lend signal {self._lend_streak}/{cfg.consecutive_signals}"
+            )
+        return decision.with_lend(
+            LendAction(),
+            f"lend: predicted wait {share:.0%} of the step, saving "
+            f"{offer.predicted_saving_s:.1f} s",
+        )
+
+    def _resize_decision(self, obs: StepObservation) -> Decision:
         cfg = self.config
         smoothed = self._ewma.update(imbalance(obs.last), allocation=obs.last.allocation)
         cooldown_left = self._cooldown_left(obs.step)

@@ -11,6 +11,10 @@ with the largest net gain over a horizon, and only if
 with `margin >= 1`, so it never admits a resize whose predicted saving is below its cost. The
 horizon shrinks to the steps left in the run when the caller knows them: a resize near the end
 has no time to pay back.
+
+Where the pipeline offers lending the trainers' GPUs within a step, the same admission decides
+it (`lend`): lend when the predicted wait saved, counted before the switch costs, is at least
+`margin` times the predicted activate plus deactivate.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Literal
 from pydantic import Field
 
 from .base import PolicyConfigBase
-from .types import Allocation, CandidatePrediction, Decision, StepObservation
+from .types import Allocation, CandidatePrediction, Decision, LendAction, StepObservation
 
 
 class PaybackConfig(PolicyConfigBase):
@@ -43,6 +47,11 @@ class PaybackConfig(PolicyConfigBase):
     cap_horizon_at_remaining_steps: bool = Field(
         default=True,
         description="Shorten the horizon to the steps left in the run when the caller knows them.",
+    )
+    lend: bool = Field(
+        default=True,
+        description="Where the pipeline can lend the trainers' GPUs within a step: lend when the "
+        "predicted wait saved before switch costs is at least margin times their cost.",
     )
 
     def build(self) -> PaybackPolicy:
@@ -69,6 +78,22 @@ class PaybackPolicy:
         return horizon
 
     def decide(self, obs: StepObservation) -> Decision:
+        decision = self._resize_decision(obs)
+        if obs.lending is None or not self.config.lend:
+            return decision
+        offer = obs.lending
+        switch_s = offer.predicted_switch_s
+        gross_s = offer.predicted_saving_s + switch_s
+        if offer.predicted_saving_s <= 0.0 or gross_s < switch_s * self.config.margin:
+            return decision
+        if offer.lent_replicas == 0:
+            return decision
+        return decision.with_lend(
+            LendAction(),
+            f"lend: predicted saving {gross_s:.1f} s repays switch cost {switch_s:.1f} s",
+        )
+
+    def _resize_decision(self, obs: StepObservation) -> Decision:
         horizon = self.horizon_steps(obs)
         if horizon <= 0:
             return Decision.hold("no steps left to pay back a resize")

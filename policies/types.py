@@ -62,6 +62,22 @@ class StageTimes(BaseModel):
     train_s: float = Field(ge=0, description="Time the training stage of the step took.")
     sync_s: float = Field(ge=0, description="Time the trainer-to-rollout weight sync took.")
     step_s: float = Field(ge=0, description="Wall (or simulated) time of the whole step.")
+    wait_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Time training waited for samples on the Rollout GPUs alone, lent replicas' "
+        "help excluded (None: not measured; rules then take rollout_s - train_s).",
+    )
+    waited_fraction: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of the batch not yet generated when that wait began (None: not "
+        "measured; rules then take 1 - train_s / rollout_s).",
+    )
+    lent: bool = Field(
+        default=False, description="Whether the trainers' GPUs were lent to Rollout in the step."
+    )
 
 
 class CostSource(str, Enum):
@@ -104,6 +120,53 @@ class CandidatePrediction(BaseModel):
         return self.predicted_resize_critical_s + self.predicted_resize_background_s
 
 
+class LendingOffer(BaseModel):
+    """What lending the trainers' GPUs within a step would give, filled in by a caller whose
+    pipeline can lend (the twin with `pipeline.lending`); absent elsewhere.
+
+    The trainers' GPUs hold sleeping rollout replicas. Lent, they are activated (wake plus
+    weight load) when training would wait for rollout, serve the batch's remaining requests
+    beside the Rollout GPUs' replicas, and are deactivated (their in-flight requests resumed
+    elsewhere) before the next training stage. The allocation never changes.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    lent_replicas: int = Field(ge=0, description="Rollout replicas the trainers' GPUs would add.")
+    rollout_replicas: int = Field(ge=1, description="Replicas on the Rollout GPUs.")
+    samples_per_step: int = Field(ge=1, description="Samples one training step consumes.")
+    ready_fraction: float = Field(
+        ge=0,
+        description="Samples of the next batch(es) already generated when training would start "
+        "waiting, as a share of one step's batch (above 1: more than a batch is buffered).",
+    )
+    predicted_wait_s: float = Field(
+        ge=0, description="Predicted wait of training for the next batch without lending."
+    )
+    predicted_saving_s: float = Field(
+        description="Predicted wait saved by lending until the batch is ready, switch costs "
+        "included (negative: lending would cost more than it saves)."
+    )
+    predicted_activate_s: float = Field(ge=0, description="Predicted activate phase (s).")
+    predicted_deactivate_s: float = Field(ge=0, description="Predicted deactivate phase (s).")
+    measured_activate_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(), description="Activate phases measured so far, oldest first."
+    )
+    measured_deactivate_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(), description="Deactivate phases measured so far, oldest first."
+    )
+    measured_cycles_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
+        default=(),
+        description="Switch seconds of each step that switched, oldest first: the deactivate "
+        "before its training plus the activate after its weight sync (veRL's accounting).",
+    )
+
+    @property
+    def predicted_switch_s(self) -> float:
+        """One lend: an activate and a deactivate."""
+        return self.predicted_activate_s + self.predicted_deactivate_s
+
+
 class StepObservation(BaseModel):
     """What a policy sees at a step boundary, after step `step` has completed."""
 
@@ -130,6 +193,12 @@ class StepObservation(BaseModel):
         default=(),
         description="Critical-path costs of the resizes this run has measured so far, oldest "
         "first (empty until one has happened, or when the caller measures none).",
+    )
+
+    lending: LendingOffer | None = Field(
+        default=None,
+        description="What lending the trainers' GPUs within the next step would give; None "
+        "where the pipeline cannot lend.",
     )
 
     @model_validator(mode="after")
@@ -160,8 +229,24 @@ class DecisionKind(str, Enum):
     RESIZE = "resize"
 
 
+class LendAction(BaseModel):
+    """Lend the trainers' GPUs to Rollout during the next wait of training, within the step."""
+
+    model_config = ConfigDict(frozen=True)
+
+    until_ready_fraction: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="Share of the awaited batch generated when the lent replicas are "
+        "deactivated (1: the whole batch; veRL's deactivate threshold).",
+    )
+
+
 class Decision(BaseModel):
-    """A policy's answer: keep the allocation, or move to `target`, with a reason for the record."""
+    """A policy's answer: keep the allocation, or move to `target`, with a reason for the record;
+    and, where the observation offers it, whether to lend the trainers' GPUs within the next
+    step."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -170,6 +255,11 @@ class Decision(BaseModel):
         default=None, description="The allocation to move to; set exactly when resizing."
     )
     reason: str = Field(default="", description="Human-readable why, kept in the records.")
+    lend: LendAction | None = Field(
+        default=None,
+        description="Lend the trainers' GPUs during the next wait (only where the observation "
+        "carries a lending offer); None: do not lend.",
+    )
 
     @model_validator(mode="after")
     def _target_iff_resize(self) -> Decision:
@@ -178,12 +268,23 @@ class Decision(BaseModel):
         return self
 
     @classmethod
-    def hold(cls, reason: str = "") -> Decision:
-        return cls(kind=DecisionKind.HOLD, reason=reason)
+    def hold(cls, reason: str = "", *, lend: LendAction | None = None) -> Decision:
+        if lend is None:  # the common answer: no field left to validate
+            return cls(kind=DecisionKind.HOLD, reason=reason)
+        return cls(kind=DecisionKind.HOLD, reason=reason, lend=lend)
 
     @classmethod
-    def resize(cls, target: Allocation, reason: str = "") -> Decision:
-        return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
+    def resize(
+        cls, target: Allocation, reason: str = "", *, lend: LendAction | None = None
+    ) -> Decision:
+        if lend is None:
+            return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
+        return cls(kind=DecisionKind.RESIZE, target=target, reason=reason, lend=lend)
+
+    def with_lend(self, lend: LendAction | None, why: str) -> Decision:
+        """The same decision, lending as given, its reason extended by why."""
+        reason = f"{self.reason}; {why}" if self.reason else why
+        return self.model_copy(update={"lend": lend, "reason": reason})
 
     @property
     def is_resize(self) -> bool:

@@ -1,21 +1,25 @@
 """`verl_drc`: the rule of verl's DynamicResourceController (fully_async_policy, default policy).
 
-The rule in verl, evaluated after every weight sync:
+The rule in verl, evaluated after every weight sync, in this order:
 
-- deactivate (take the lent replicas back) whenever they are active;
-- adapt the deactivate ratio: if the trainer really waited for newly generated samples this
-  cycle, raise it by the waited share of the cycle's samples clipped to [0.02, 0.1] (at most 1);
-  otherwise lower it by 0.02;
-- `gap` = ratio * samples a step needs - samples already generated beyond what was consumed;
-- `switch_cost` = mean of the last 3 measured activate+deactivate durations, 10 s with no history;
-- the estimated time saved is `gap * per-sample wait time` (the last cycle with a real wait;
-  before any, a deliberately pessimistic 1000 s per sample, so it activates);
-- activate only when gap > 0 and the estimated time saved exceeds `switch_cost`.
+1. activation gate, with the ratio as it stands: `gap` = ratio * samples a step needs - samples
+   already generated beyond what was consumed; only when `gap > 0` is the per-sample wait
+   re-estimated from this cycle (its wait over the samples it waited for; kept from the last
+   cycle that waited, a deliberately pessimistic 1000 s per sample before any, so it
+   activates unless the switch costs more still); activate when the estimated time saved,
+   `gap * per-sample wait`, exceeds
+   `switch_cost` = mean of the last 3 measured activate+deactivate cycles (10 s with none);
+2. adapt the ratio: after a cycle in which the trainer really waited for newly generated
+   samples, raise it by the waited share of the cycle's samples clipped to [0.02, 0.1] (at most
+   1); otherwise lower it by 0.02 (verl sets no floor);
+3. before the next training the lent replicas are deactivated once `ratio * samples a step
+   needs` are ready (the adapted ratio).
 
-Like verl's separate_async switch, this lends capacity within a step; `policies.lending` says how
-the step-boundary version maps it (lend = one notch towards Rollout from the home allocation,
-stay lent instead of deactivate-then-activate, batch fractions for sample counts, two measured
-transitions per activate+deactivate cycle).
+Sample counts are shares of one step's batch (the offer says how many samples a step needs,
+for the seed). Where the caller lends within a step, the answer is exactly that
+(`LendAction(until_ready_fraction=ratio)`, clamped to [0, 1]) and the switch costs are the
+offer's measured cycles; elsewhere `policies.lending` maps it onto resizes (and, with no sample
+count, the cold start activates).
 """
 
 from __future__ import annotations
@@ -25,13 +29,9 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from .base import PolicyConfigBase
-from .lending import (
-    LendingState,
-    measured_cycle_cost_s,
-    ready_fraction_at_boundary,
-    trainer_wait_s,
-)
-from .types import Decision, StepObservation
+from .lending import WaitSignals, measured_cycle_cost_s, window_mean
+from .types import StepObservation
+from .verl_rule import VerlRule
 
 
 class VerlDrcConfig(PolicyConfigBase):
@@ -62,7 +62,14 @@ class VerlDrcConfig(PolicyConfigBase):
         default=3, ge=1, description="Measured switch cycles averaged into the switch cost."
     )
     default_switch_cost_s: float = Field(
-        default=10.0, ge=0.0, description="Switch cost assumed before any resize was measured."
+        default=10.0, ge=0.0, description="Switch cost assumed before any switch was measured."
+    )
+    initial_per_sample_wait_s: float = Field(
+        default=1000.0,
+        ge=0.0,
+        description="Wait per sample assumed before any was measured: deliberately pessimistic, "
+        "so that the gate activates until real waits narrow it (verl's seed); where the caller "
+        "lends within a step and says how many samples a step needs.",
     )
 
     @model_validator(mode="after")
@@ -78,22 +85,51 @@ class VerlDrcConfig(PolicyConfigBase):
         return VerlDrcPolicy(self)
 
 
-class VerlDrcPolicy:
-    """State: the adapted ratio, the last per-batch wait estimate, the home allocation."""
+class VerlDrcPolicy(VerlRule):
+    """State: the adapted ratio and the last per-batch wait estimate."""
 
-    def __init__(self, config: VerlDrcConfig) -> None:
-        self.config = config
-        self._lending = LendingState()
-        self.reset()
+    config: VerlDrcConfig
+    lend_verb = "activate"
+    reclaim_verb = "deactivate"
 
-    def reset(self) -> None:
+    def _reset_rule(self) -> None:
         self.deactivate_ratio = self.config.deactivate_ratio
         self._wait_per_batch_s: float | None = None
-        self._lending.reset()
 
     def switch_cost_s(self, obs: StepObservation) -> float:
-        measured = measured_cycle_cost_s(obs, window=self.config.switch_cost_window_size)
+        window = self.config.switch_cost_window_size
+        if obs.lending is not None:
+            measured = window_mean(obs.lending.measured_cycles_s, window)
+        else:
+            measured = measured_cycle_cost_s(obs, window=window)
         return self.config.default_switch_cost_s if measured is None else measured
+
+    def return_fraction(self) -> float:
+        return min(1.0, max(0.0, self.deactivate_ratio))
+
+    def _rule(self, obs: StepObservation, signals: WaitSignals) -> tuple[bool, str]:
+        activate, why = self._gate(obs, signals)
+        if self.config.adaptive_ratio:
+            self._adapt(signals.waited_fraction)
+        return activate, why
+
+    def _gate(self, obs: StepObservation, signals: WaitSignals) -> tuple[bool, str]:
+        gap = self.deactivate_ratio - signals.ready
+        if gap <= 0.0:
+            return False, f"next batch ready beyond ratio {self.deactivate_ratio:.2f}"
+        if signals.waited_fraction > 0.0:
+            self._wait_per_batch_s = signals.wait_s / signals.waited_fraction
+        cost_s = self.switch_cost_s(obs)
+        wait_per_batch_s = self._wait_per_batch_s
+        if wait_per_batch_s is None:
+            if obs.lending is None:
+                return True, f"gap {gap:.2f} of a batch, no wait-rate estimate yet (pessimistic)"
+            per_sample = self.config.initial_per_sample_wait_s
+            wait_per_batch_s = per_sample * obs.lending.samples_per_step
+        saved_s = gap * wait_per_batch_s
+        if saved_s > cost_s:
+            return True, f"estimated saving {saved_s:.1f} s > switch cost {cost_s:.1f} s"
+        return False, f"estimated saving {saved_s:.1f} s <= switch cost {cost_s:.1f} s"
 
     def _adapt(self, waited_fraction: float) -> None:
         cfg = self.config
@@ -101,30 +137,4 @@ class VerlDrcPolicy:
             step = min(cfg.ratio_increase_max, max(cfg.ratio_increase_min, waited_fraction))
             self.deactivate_ratio = min(1.0, self.deactivate_ratio + step)
         else:
-            self.deactivate_ratio = max(0.0, self.deactivate_ratio - cfg.ratio_decrease_step)
-
-    def decide(self, obs: StepObservation) -> Decision:
-        self._lending.observe(obs)
-        wait_s = trainer_wait_s(obs.last)
-        ready = ready_fraction_at_boundary(obs.last)
-        waited_fraction = 1.0 - ready  # > 0 exactly when the trainer waited
-        if waited_fraction > 0.0:
-            self._wait_per_batch_s = wait_s / waited_fraction
-        if self.config.adaptive_ratio:
-            self._adapt(waited_fraction)
-
-        activate, why = self._should_activate(obs, gap=self.deactivate_ratio - ready)
-        return self._lending.decide(
-            obs, lend=activate, why=why, lend_verb="activate", reclaim_verb="deactivate"
-        )
-
-    def _should_activate(self, obs: StepObservation, *, gap: float) -> tuple[bool, str]:
-        if gap <= 0.0:
-            return False, f"next batch ready beyond ratio {self.deactivate_ratio:.2f}"
-        cost_s = self.switch_cost_s(obs)
-        if self._wait_per_batch_s is None:
-            return True, f"gap {gap:.2f} of a batch, no wait-rate estimate yet (pessimistic)"
-        saved_s = gap * self._wait_per_batch_s
-        if saved_s > cost_s:
-            return True, f"estimated saving {saved_s:.1f} s > switch cost {cost_s:.1f} s"
-        return False, f"estimated saving {saved_s:.1f} s <= switch cost {cost_s:.1f} s"
+            self.deactivate_ratio -= cfg.ratio_decrease_step

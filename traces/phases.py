@@ -36,6 +36,13 @@ class PhaseName(str, Enum):
     ROLLOUT_RELEASE = "rollout_release"
     """Replicas that leave Rollout release their engine (destroyed, put to sleep, or kept, as
     the run's `rollout_engine.release` says). Optional: traces without it stay valid."""
+    ACTIVATE = "activate"
+    """Lending within a step: the sleeping rollout replicas on the trainers' GPUs wake and load
+    the current weights, then join the rollout load balancer."""
+    DEACTIVATE = "deactivate"
+    """Lending within a step: the lent replicas leave the load balancer, their in-flight
+    requests are aborted (and resumed elsewhere), and they sleep, returning the GPUs to
+    training."""
 
 
 class PipelineMode(str, Enum):

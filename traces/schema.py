@@ -70,8 +70,30 @@ class StepRecord(_Record):
         description="Mean absolute difference between the logprobs the rollout engine reported "
         "and those the trainer recomputed, per response token (nats); None if not reported.",
     )
+    lent_gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description="Training GPUs lent to Rollout within the step (0: none); None where the "
+        "run could not lend.",
+    )
+    lend_start_s: float | None = Field(
+        default=None, ge=0, description="When the lent GPUs began to activate (s), if lent."
+    )
+    lend_end_s: float | None = Field(
+        default=None, ge=0, description="When they were back in training, deactivated (s)."
+    )
+    lend_switch_s: float | None = Field(
+        default=None, ge=0, description="Activate plus deactivate seconds of that lend."
+    )
 
-    @field_validator("engine_logprob_abs_diff_mean", mode="before")
+    @field_validator(
+        "engine_logprob_abs_diff_mean",
+        "lent_gpus",
+        "lend_start_s",
+        "lend_end_s",
+        "lend_switch_s",
+        mode="before",
+    )
     @classmethod
     def _missing_is_none(cls, value: object) -> object:
         """A table's missing value (NaN) reads as not reported."""
@@ -135,6 +157,11 @@ class DecisionRecord(_Record):
         default=None, ge=0, description="Predicted critical path of the chosen move (s)."
     )
     resize_id: int | None = Field(default=None, description="Id given to the resize, if any.")
+    lend: bool = Field(
+        default=False,
+        description="Whether the decision lent the trainers' GPUs to Rollout for the next wait "
+        "of training (always false where the run could not lend).",
+    )
     prior_over_measured: float | None = Field(
         default=None,
         ge=0,
@@ -214,6 +241,13 @@ class SampleRecord(_Record):
         description="`extra_info.index` of that dataset row, as text (veRL's preprocessing "
         "writes the row's index in its split, some datasets a string id); None where the row "
         "has none.",
+    )
+    num_resumes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Times its generation was aborted in flight and resumed on another replica "
+        "with its tokens kept (partial rollout), or restarted without them; None if not "
+        "recorded.",
     )
 
 

@@ -6,9 +6,12 @@ subpackages, one per job:
 
 - the core (this folder): `config` (`ScenarioConfig`, `load_config`), `costs/` (the cost
   models), `step_costs` (every stage time of every step on every split), `pipeline` (the SimPy
-  pipeline), `simulation` (`build_context`, `simulate`), `summary`, `baselines` (static splits),
+  pipeline; `sample_pipeline`, `batch_in_flight` and `lend_wait` follow batches sample by
+  sample where the trainers' GPUs are lent within a step or requests keep partial rollouts),
+  `simulation` (`build_context`, `simulate`), `summary`, `baselines` (static splits),
   `optimal` (the offline optimum and regret), `comparison` (several policies on one workload and
-  the run folder of `dynaresize run --mode sim`), `plots`, and the two inputs every trace-driven
+  the run folder of `dynaresize run --mode sim`), `mechanisms` (the ways of moving GPUs side by
+  side), `plots`, and the two inputs every trace-driven
   job shares: `trace_source` (opening a user's trace) and `analysis_context` (the scenario of a
   traced job, from a config or from the trace and stated assumptions);
 - `twin.calibration`: cost parameters fitted to traces, and validation of the fitted twin

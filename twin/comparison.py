@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -32,6 +33,9 @@ from dynaresize.traces.workload import Workload
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from .simulation import SimContext, SimResult, build_context, simulate
+
+if TYPE_CHECKING:
+    from .mechanisms import MechanismComparison
 
 __all__ = [
     "COMPARISON_COLUMNS",
@@ -88,6 +92,14 @@ def _regret_columns(total_s: float, optimum_s: float) -> dict[str, float]:
     return {"regret_s": regret.regret_s, "regret_pct": 100 * regret.regret_fraction}
 
 
+def _policy_regret(context: SimContext, total_s: float, optimum_s: float) -> dict[str, float]:
+    """A policy run's regret; none where the pipeline lends within steps, which the optimum of
+    step-boundary schedules does not bound (`--mechanisms` gives lending's own bound)."""
+    if context.config.pipeline.lending:
+        return {"regret_s": float("nan"), "regret_pct": float("nan")}
+    return _regret_columns(total_s, optimum_s)
+
+
 def _comparison_table(
     context: SimContext, runs: dict[str, SimResult], optimum_s: float
 ) -> pd.DataFrame:
@@ -109,7 +121,7 @@ def _comparison_table(
                 "resize_time_s": s.resize_time_s,
                 "speedup_vs_best_static": s.speedup_vs_best_static,
                 "speedup_vs_baseline": s.speedup_vs_baseline,
-                **_regret_columns(s.total_s, optimum_s),
+                **_policy_regret(context, s.total_s, optimum_s),
             }
         )
     static = context.baselines
@@ -176,7 +188,10 @@ def _write_run(
     timeline_png: bool,
 ) -> None:
     """One run's folder: its trace tables (with the workload's samples, so the folder can be
-    replayed or calibrated from with the lengths simulated), summary and Chrome trace."""
+    replayed or calibrated from with the lengths simulated; a run that went sample by sample
+    gives its own, with finish times and resumes), summary and Chrome trace."""
+    if result.samples is not None:
+        samples = result.samples
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -230,7 +245,7 @@ def _summary_document(comparison: SimComparison) -> dict:
     policies = {
         name: {
             **result.summary.model_dump(mode="json"),
-            **_regret_columns(result.summary.total_s, optimum.total_s),
+            **_policy_regret(comparison.context, result.summary.total_s, optimum.total_s),
         }
         for name, result in comparison.runs.items()
     }
@@ -265,11 +280,13 @@ def write_comparison(
     resolved_config: dict,
     timeline_svg: bool = True,
     timeline_png: bool = False,
+    mechanisms: MechanismComparison | None = None,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
     timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
     under policies/<name>/ when there are several, plus config.json, summary.json (every policy
-    and static split, with regrets against the offline optimum) and comparison.csv.
+    and static split, with regrets against the offline optimum) and comparison.csv; with
+    `mechanisms`, mechanisms.csv, .json and .png (twin.mechanisms).
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -311,4 +328,9 @@ def write_comparison(
         optimum_schedule_table(comparison.context, comparison.optimum).to_csv(
             staging / "optimal_schedule.csv", index=False
         )
+        if mechanisms is not None:
+            from .mechanisms import write_mechanisms
+
+            title = f"{comparison.context.config.name}: mechanisms side by side"
+            write_mechanisms(mechanisms, staging, title=title)
     return out

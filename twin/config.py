@@ -184,6 +184,41 @@ class PipelineConfig(_Strict):
         default=StrategyName.OVERLAPPED,
         description="How a resize is carried out: stop_and_rebuild or overlapped.",
     )
+    partial_rollout: bool = Field(
+        default=False,
+        description="Requests in flight on a replica that leaves Rollout are aborted with their "
+        "generated tokens kept and resume on the remaining or new replicas (prefill of prompt "
+        "plus kept tokens), instead of draining or aborting the whole batch (async and lending "
+        "pipelines).",
+    )
+    lending: bool = Field(
+        default=False,
+        description="The trainers' GPUs hold sleeping rollout replicas that the policy may lend "
+        "to Rollout while training waits (activate, serve, deactivate before the next training "
+        "stage), without changing the split.",
+    )
+    lending_rebalance: bool = Field(
+        default=True,
+        description="When lent replicas join, also abort the requests in flight and spread them "
+        "over every replica (veRL's rebalance; needs partial_rollout to keep their tokens); "
+        "false: only requests not yet started move to the lent replicas.",
+    )
+
+    @model_validator(mode="after")
+    def _partial_rollout_applies(self) -> PipelineConfig:
+        """An option that would change nothing is refused, naming why."""
+        if self.partial_rollout and self.mode is not PipelineMode.ASYNC and not self.lending:
+            raise ValueError(
+                f"pipeline.partial_rollout applies to async pipelines and to lending; with mode "
+                f"{self.mode.value} and no lending nothing is in flight when GPUs change role"
+            )
+        if self.partial_rollout and "in_flight" in self.model_fields_set:
+            raise ValueError(
+                "pipeline.partial_rollout and pipeline.in_flight both say what happens to the "
+                "requests in flight at a resize; give one (partial_rollout keeps their tokens, "
+                "in_flight drains or aborts the whole batch)"
+            )
+        return self
 
     @field_validator("mode")
     @classmethod
@@ -298,6 +333,14 @@ class ScenarioConfig(_Strict):
             )
             if not check.feasible:
                 raise ValueError(check.explain())
+        tp = self.cluster.rollout_tensor_parallel_size
+        if self.pipeline.lending and all(
+            c.train_gpus < tp for c in self.cluster.candidate_allocations
+        ):
+            raise ValueError(
+                f"pipeline.lending: no candidate split has as many training GPUs as one rollout "
+                f"replica needs (cluster.rollout_tensor_parallel_size {tp}), so none can lend"
+            )
         base = self.simulation.baseline_allocation
         labels = {c.label for c in self.cluster.candidate_allocations}
         if base is not None and base.label not in labels:

@@ -21,7 +21,7 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -29,54 +29,19 @@ import simpy
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
-    CostSource,
     Decision,
-    Policy,
+    LendingOffer,
     StageTimes,
     StepObservation,
 )
 from dynaresize.traces.phases import PhaseName, PipelineMode, Role, StrategyName
 
-from .config import InFlightHandling, PipelineConfig
-from .costs.resize import ResizePlan, ResizePlans
-from .step_costs import StepCosts
+from .config import InFlightHandling
+from .costs.resize import ResizePlan
+from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 from .trusted import trusted, trusted_complete
 
-__all__ = ["PipelineRecords", "run_pipeline"]
-
-DECISION_FIELDS = (
-    "step",
-    "time_s",
-    "policy",
-    "decision",
-    "from_allocation",
-    "to_allocation",
-    "reason",
-    "cost_source",
-    "predicted_resize_critical_s",
-    "resize_id",
-)
-
-
-@dataclass
-class PipelineRecords:
-    """Column lists of the three record tables, filled as the run goes."""
-
-    steps: dict[str, np.ndarray | list] = field(default_factory=dict)
-    """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
-    resizes: dict[str, list] = field(default_factory=dict)
-    decisions: dict[str, list] = field(default_factory=dict)
-    decision_rows: list[tuple] = field(default_factory=list)
-    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
-    at the end of the run, rather than appended to column by column at every boundary."""
-    rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
-    train_intervals: list[tuple[float, float]] = field(default_factory=list)
-    stall_s: float = 0.0
-    end_s: float = 0.0
-
-    def add(self, table: dict[str, list], **row: object) -> None:
-        for key, value in row.items():
-            table.setdefault(key, []).append(value)
+__all__ = ["PipelineRecords", "PipelineRun", "run_pipeline"]
 
 
 @dataclass
@@ -88,28 +53,20 @@ class _PendingResize:
 
 
 class _Pipeline:
-    def __init__(
-        self,
-        *,
-        costs: StepCosts,
-        policy: Policy,
-        policy_name: str,
-        pipeline: PipelineConfig,
-        initial: Allocation,
-        plans: ResizePlans,
-        predicted_step_s: np.ndarray,
-        observation_window_steps: int,
-        cost_source: CostSource,
-    ) -> None:
+    def __init__(self, run: PipelineRun) -> None:
+        costs, cost_source = run.costs, run.cost_source
         self.env = simpy.Environment()
         self.costs = costs
-        self.policy = policy
-        self.policy_name = policy_name
-        self.pipeline = pipeline
-        self.current = costs.index(initial)
-        self.plans = plans
-        self.recent: deque[StageTimes] = deque(maxlen=observation_window_steps)
+        self.policy = run.policy
+        self.policy_name = run.policy_name
+        self.pipeline = run.pipeline
+        self.current = costs.index(run.initial)
+        self.plans = run.plans
+        self.recent: deque[StageTimes] = deque(maxlen=run.observation_window_steps)
         self.cost_source = cost_source
+        self.last_decision: Decision | None = None
+        self.can_lend = False
+        """Whether observations offer lending (a pipeline that lends sets it)."""
         self.records = PipelineRecords()
         self.num_steps = costs.num_steps
         # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
@@ -135,7 +92,7 @@ class _Pipeline:
         self.rollout_s = costs.rollout_s.tolist()
         self.train_s = costs.train_s.tolist()
         self.sync_s = costs.sync_s.tolist()
-        self.predicted = predicted_step_s.tolist()
+        self.predicted = run.predicted_step_s.tolist()
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
         # Every field of each candidate's prediction but the predicted step time, for each
@@ -181,7 +138,16 @@ class _Pipeline:
             yield self.env.timeout(sync_s)
         self.records.train_intervals.append((start_s, self.env.now))
 
-    def _record_step(self, k: int, train_s: float, resize_id: int | None) -> None:
+    def _record_step(
+        self,
+        k: int,
+        train_s: float,
+        resize_id: int | None,
+        *,
+        wait_s: float | None = None,
+        waited_fraction: float | None = None,
+        lent: bool = False,
+    ) -> None:
         now = self.env.now
         self.step_start[k] = self.step_start_s
         self.step_end[k] = now
@@ -197,6 +163,9 @@ class _Pipeline:
                 train_s=train_s,
                 sync_s=self.sync_s[self.current],
                 step_s=now - self.step_start_s,
+                wait_s=wait_s,
+                waited_fraction=waited_fraction,
+                lent=lent,
             )
         )
 
@@ -258,12 +227,18 @@ class _Pipeline:
             steps_since_resize=since,
             remaining_steps=self.num_steps - k - 1,
             measured_resize_costs_s=tuple(self.measured_resize_costs_s),
+            lending=self._lending_offer(k) if self.can_lend else None,
         )
+
+    def _lending_offer(self, k: int) -> LendingOffer | None:
+        """What lending would give in the next step (a pipeline that lends says)."""
+        return None
 
     def _decide(self, k: int) -> int | None:
         """Ask the policy at the boundary after step k; the target's index, or None to hold."""
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
+        self.last_decision = decision
         current = self.costs.candidates[self.current]
         wanted = decision.target if decision.is_resize else None
         target = None
@@ -337,21 +312,35 @@ class _Pipeline:
     def lockstep(self):
         one_step_off = self.pipeline.mode is PipelineMode.ONE_STEP_OFF
         if one_step_off and self.num_steps:
-            yield from self._rollout(0, 0)
+            yield from self._first_batch()
         for k in range(self.num_steps):
             train_s, resize_id = self._train_duration_s(k)
-            if one_step_off:
-                yield from self._overlapped_stage(k, train_s)
-            else:
-                yield from self._rollout(k, k)
-                yield from self._train_and_sync(train_s, one_event=True)
-            self._record_step(k, train_s, resize_id)
+            yield from self._lockstep_stage(k, train_s, one_step_off=one_step_off)
+            self._record(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
                 if target is not None:
                     yield from self._resize(k, target, None)
             self.step_start_s = self.env.now
         self.records.end_s = self.env.now
+
+    def _first_batch(self):
+        """One-step-off: batch 0 is generated before step 0."""
+        yield from self._rollout(0, 0)
+
+    def _lockstep_stage(self, k: int, train_s: float, *, one_step_off: bool):
+        """Step k's stages, as a SimPy sub-process body (returned, not run, so that the loop
+        delegates to it directly): overlapped with the next batch's rollout, or after its own."""
+        if one_step_off:
+            return self._overlapped_stage(k, train_s)
+        return self._sync_stage(k, train_s)
+
+    def _sync_stage(self, k: int, train_s: float):
+        yield from self._rollout(k, k)
+        yield from self._train_and_sync(train_s, one_event=True)
+
+    _record = _record_step
+    """Step k's records (a pipeline that follows samples adds how training waited)."""
 
     def _overlapped_stage(self, k: int, train_s: float):
         """Train on batch k while batch k+1 is generated (weights version k), then sync."""
@@ -418,20 +407,24 @@ class _Pipeline:
 
     def _trainer_loop(self):
         for k in range(self.num_steps):
-            yield self.batch_events[k]
+            yield self._await_batch(k)
             train_s, resize_id = self._train_duration_s(k)
             yield from self._train_and_sync(train_s, one_event=False)
             self.version = k + 1
             event = self.version_events.pop(self.version, None)
             if event is not None:
                 event.succeed()
-            self._record_step(k, train_s, resize_id)
+            self._record(k, train_s, resize_id)
             if k + 1 < self.num_steps:
                 target = self._decide(k)
                 if target is not None:
                     yield from self._async_resize(k, target)
             self.step_start_s = self.env.now
         self.records.end_s = self.env.now
+
+    def _await_batch(self, k: int) -> simpy.Event:
+        """The event training waits on for batch k (its being generated)."""
+        return self.batch_events[k]
 
     def _async_resize(self, k: int, target: int):
         self.paused = True
@@ -448,31 +441,15 @@ class _Pipeline:
         resume.succeed()
 
 
-def run_pipeline(
-    *,
-    costs: StepCosts,
-    policy: Policy,
-    policy_name: str,
-    pipeline: PipelineConfig,
-    initial: Allocation,
-    plans: ResizePlans,
-    predicted_step_s: np.ndarray,
-    observation_window_steps: int,
-    cost_source: CostSource,
-) -> PipelineRecords:
-    """Run one policy over every step of `costs`; returns the filled record columns."""
-    sim = _Pipeline(
-        costs=costs,
-        policy=policy,
-        policy_name=policy_name,
-        pipeline=pipeline,
-        initial=initial,
-        plans=plans,
-        predicted_step_s=predicted_step_s,
-        observation_window_steps=observation_window_steps,
-        cost_source=cost_source,
-    )
-    if pipeline.mode is PipelineMode.ASYNC:
+def run_pipeline(run: PipelineRun) -> PipelineRecords:
+    """Run one policy over every step of `run.costs`; returns the filled record columns."""
+    if run.samples is None:
+        sim = _Pipeline(run)
+    else:
+        from .sample_pipeline import SamplePipeline  # lending, partial rollouts
+
+        sim = SamplePipeline(run)
+    if run.pipeline.mode is PipelineMode.ASYNC:
         sim.run_async()
     else:
         sim.env.process(sim.lockstep())

@@ -8,7 +8,7 @@ the context once and calls `simulate(..., context=ctx)` per policy.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,10 +23,15 @@ from dynaresize.traces.workload import Workload
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
 from .costs import CostModels
+from .costs.lend import LendPlan, plan_lend
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
-from .pipeline import PipelineRecords, run_pipeline
+from .pipeline import run_pipeline
+from .pipeline_run import PipelineRecords, PipelineRun
 from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_warmup, tokens_per_step
 from .summary import SimSummary, summarize_run
+
+if TYPE_CHECKING:
+    from .sample_pipeline import SampleInputs
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
 
@@ -49,6 +54,8 @@ class SimContext:
     `observation_window_steps` batches only (no look-ahead)."""
     step_stats: pd.DataFrame
     baselines: StaticBaselines
+    lend_plan: LendPlan
+    """What one lend within a step costs (activate, deactivate)."""
 
     @property
     def plan(self) -> ResizePlan:
@@ -66,6 +73,9 @@ class SimResult:
     """One row per policy call; columns are the fields of DecisionRecord."""
     summary: SimSummary
     context: SimContext
+    samples: pd.DataFrame | None = None
+    """Where the pipeline ran sample by sample (lending, partial rollout): one row per sample,
+    the fields of SampleRecord with `finish_s` and `num_resumes`; None elsewhere."""
 
 
 def _sorted_rows(per_step: np.ndarray) -> np.ndarray:
@@ -183,6 +193,13 @@ def build_context(
     steady = steady_step_s_without_warmup(step_costs, costs, config.pipeline.mode)
     predicted = _window_mean(steady, config.simulation.observation_window_steps)
     stats = _step_stats(workload, tokens)
+    lend = plan_lend(
+        model=config.model,
+        params=costs.resize,
+        tensor_parallel_size=cluster.rollout_tensor_parallel_size,
+        host_bandwidth_gbps=cluster.host_bandwidth_gbps,
+        interconnect_bandwidth_gbps=cluster.weight_sync_bandwidth_gbps(),
+    )
     return SimContext(
         config=config,
         workload=workload,
@@ -192,6 +209,7 @@ def build_context(
         predicted_step_s=predicted,
         step_stats=stats,
         baselines=static_baselines(step_costs, tokens),
+        lend_plan=lend,
     )
 
 
@@ -215,6 +233,18 @@ def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.n
     return busy_until(hi) - busy_until(lo)
 
 
+_LENDING_COLUMNS = ("lent_gpus", "lend_start_s", "lend_end_s", "lend_switch_s")
+
+
+def _lending_columns(records: PipelineRecords, n: int) -> dict[str, Any]:
+    """The step table's lending columns: recorded where the pipeline could lend, else empty."""
+    lending = records.lending
+    if lending is None:
+        empty_ints = pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
+        return {"lent_gpus": empty_ints, **{c: np.full(n, np.nan) for c in _LENDING_COLUMNS[1:]}}
+    return {c: lending[c] for c in _LENDING_COLUMNS}
+
+
 def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     steps = records.steps
     lo, hi, step_s = (np.asarray(steps[c], np.float64) for c in ("start_s", "end_s", "step_s"))
@@ -226,6 +256,7 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     cols["resize_id"] = _nullable_ints(list(steps["resize_id"]))
     cols["schema_version"] = np.full(len(lo), SCHEMA_VERSION)
     cols["engine_logprob_abs_diff_mean"] = np.full(len(lo), np.nan)  # no engine
+    cols.update(_lending_columns(records, len(lo)))
     index = np.asarray(steps["step"])
     for column in stats.columns:
         cols[column] = stats[column].to_numpy()[index]
@@ -258,6 +289,55 @@ def _policy_name(policy: object) -> str:
     return str(getattr(config, "kind", type(policy).__name__))
 
 
+def _sample_inputs(
+    config: ScenarioConfig, ctx: SimContext, *, clairvoyant_lending: bool
+) -> SampleInputs | None:
+    """What a lending or partial-rollout run reads beyond the matrices; None for the others."""
+    if not (config.pipeline.lending or config.pipeline.partial_rollout):
+        return None
+    from .sample_pipeline import SampleInputs
+
+    step_costs, window = ctx.step_costs, config.simulation.observation_window_steps
+    rollout_s, train_s = step_costs.rollout_s.copy(), step_costs.train_s.copy()
+    if len(rollout_s):  # the one-time warm-up says nothing about later batches
+        rollout_s[0] -= ctx.costs.rollout.first_step_warmup_s
+        train_s[0] -= ctx.costs.train.first_step_warmup_s
+    return SampleInputs(
+        workload=ctx.workload,
+        rollout=ctx.costs.rollout,
+        tensor_parallel_size=config.cluster.rollout_tensor_parallel_size,
+        lend=ctx.lend_plan,
+        predicted_rollout_s=_window_mean(rollout_s, window),
+        predicted_train_s=_window_mean(train_s, window),
+        clairvoyant_lending=clairvoyant_lending,
+    )
+
+
+def _samples_frame(records: PipelineRecords, workload: Workload) -> pd.DataFrame | None:
+    """Per-sample records of a sample-level run: lengths, finish times and resumes."""
+    if records.samples is None:
+        return None
+    sizes = np.diff(workload.step_offsets)
+    starts = np.repeat(workload.step_offsets[:-1], sizes)
+    return pd.DataFrame(
+        {
+            "schema_version": np.full(len(starts), SCHEMA_VERSION),
+            "step": workload.step_index(),
+            "sample_index": np.arange(len(starts)) - starts,
+            "prompt_tokens": workload.prompt_tokens,
+            "response_tokens": workload.response_tokens,
+            "rollout_replica": pd.arrays.IntegerArray(
+                np.zeros(len(starts), np.int64), np.ones(len(starts), bool)
+            ),
+            "device": pd.arrays.IntegerArray(
+                np.zeros(len(starts), np.int64), np.ones(len(starts), bool)
+            ),
+            "finish_s": records.samples["finish_s"],
+            "num_resumes": records.samples["num_resumes"],
+        }
+    )
+
+
 def simulate(
     config: ScenarioConfig,
     policy_config_or_object: PolicyConfigBase | Policy | dict,
@@ -266,13 +346,16 @@ def simulate(
     costs: CostModels | None = None,
     seed: int | None = None,
     context: SimContext | None = None,
+    clairvoyant_lending: bool = False,
 ) -> SimResult:
     """Run one policy over the scenario and return its records and summary.
 
     A policy config (or mapping) is built into a fresh policy; a policy object is reset first,
     so a run never inherits state from an earlier one. Pass `context` (from `build_context`) to
     reuse one workload's stage times across policies; `workload`, `costs` and `seed` are then
-    ignored.
+    ignored. `clairvoyant_lending` (with `pipeline.lending`) lends at every wait as knowing
+    every sample's length says lets training start earliest, whatever the policy says: the
+    offline bound of lending.
     """
     ctx = context or build_context(config, workload=workload, costs=costs, seed=seed)
     if isinstance(policy_config_or_object, (PolicyConfigBase, dict)):
@@ -282,19 +365,24 @@ def simulate(
         policy.reset()
     name = _policy_name(policy)
     records = run_pipeline(
-        costs=ctx.step_costs,
-        policy=policy,
-        policy_name=name,
-        pipeline=config.pipeline,
-        initial=config.cluster.initial_allocation,
-        plans=ctx.plans,
-        predicted_step_s=ctx.predicted_step_s,
-        observation_window_steps=config.simulation.observation_window_steps,
-        cost_source=ctx.costs.cost_source,
+        PipelineRun(
+            costs=ctx.step_costs,
+            policy=policy,
+            policy_name=name,
+            pipeline=config.pipeline,
+            initial=config.cluster.initial_allocation,
+            plans=ctx.plans,
+            predicted_step_s=ctx.predicted_step_s,
+            observation_window_steps=config.simulation.observation_window_steps,
+            cost_source=ctx.costs.cost_source,
+            samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
+        )
     )
     steps = _steps_frame(records, ctx.step_stats)
     resizes = _frame(records.resizes, RESIZE_COLUMNS)
     decisions = _frame(records.decisions, DECISION_COLUMNS, ints=("resize_id",))
+    if "lend" not in records.decisions:  # a run that could not lend lent nothing
+        decisions["lend"] = np.zeros(len(decisions), dtype=bool)
     base = config.simulation.baseline_allocation
     summary = summarize_run(
         policy=name,
@@ -308,5 +396,10 @@ def simulate(
         baseline_allocation=None if base is None else base.label,
     )
     return SimResult(
-        steps=steps, resizes=resizes, decisions=decisions, summary=summary, context=ctx
+        steps=steps,
+        resizes=resizes,
+        decisions=decisions,
+        summary=summary,
+        context=ctx,
+        samples=_samples_frame(records, ctx.workload),
     )

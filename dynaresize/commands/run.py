@@ -67,6 +67,13 @@ def run(
     gpu_memory_gb: float | None = flags.GPU_MEMORY_GB,
     link_gbps: float | None = flags.LINK_GBPS,
     strict: bool = flags.STRICT,
+    mechanisms: bool = typer.Option(
+        False,
+        "--mechanisms",
+        help="sim and replay: also compare, on the same workload, the best static split, "
+        "step-boundary resizes, lending within a step, both, and each one's offline optimum "
+        "(mechanisms.csv, .json, .png).",
+    ),
 ) -> None:
     fact_flags = (train_gpus, rollout_gpus, model_params_b, gpu_memory_gb, link_gbps)
     fact_options = (
@@ -85,13 +92,14 @@ def run(
         "--export-hf": export_hf is not None,
         **{o: v is not None for o, v in zip(fact_options, fact_flags, strict=True)},
         "--strict": strict,
+        "--mechanisms": mechanisms,
     }
     with user_errors():
         refuse_unused_options(mode, given)
     if mode is Mode.SIM:
-        _run_sim(config or "example", policy, costs, out, trace, steps, seed)
+        _run_sim(config or "example", policy, costs, out, trace, steps, seed, mechanisms)
     elif mode is Mode.REPLAY:
-        _run_replay(config, policy, costs, out, trace, fact_flags, strict)
+        _run_replay(config, policy, costs, out, trace, fact_flags, strict, mechanisms)
     else:
         _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf)
 
@@ -107,8 +115,8 @@ _FACT_OPTIONS = {
 """Facts of a recorded run the log lacks: they describe the replayed run only."""
 
 _OPTIONS_OF_MODE = {
-    Mode.SIM: {"--trace", "--steps", "--seed"},
-    Mode.REPLAY: {"--trace", *_FACT_OPTIONS},
+    Mode.SIM: {"--trace", "--steps", "--seed", "--mechanisms"},
+    Mode.REPLAY: {"--trace", "--mechanisms", *_FACT_OPTIONS},
     Mode.LIVE: {"--steps", "--seed", "--address", "--resume", "--export-hf"},
 }
 """Mode-specific options each mode acts on; the others would be ignored, so they are refused."""
@@ -137,7 +145,7 @@ def _overrides(steps: int | None, seed: int | None) -> dict:
     return {"simulation": simulation} if simulation else {}
 
 
-def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
+def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None:
     from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
@@ -172,12 +180,18 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
             )
         run_config = run_config.model_copy(update=updates)
         comparison = run_comparison(run_config, policies, workload=workload)
+        side_by_side = None
+        if mechanisms:
+            from dynaresize.twin.mechanisms import compare_mechanisms
+
+            side_by_side = compare_mechanisms(run_config, comparison.context)
         written = write_comparison(
             comparison,
             destination,
             resolved_config=run_config.model_dump(mode="json"),
             timeline_svg=run_config.output.timeline_svg,
             timeline_png=run_config.output.timeline_png,
+            mechanisms=side_by_side,
         )
     title = (
         f"{run_config.name}: {run_config.simulation.num_steps} steps, "
@@ -185,7 +199,24 @@ def _run_sim(config, policy, costs, out, trace, steps, seed) -> None:
     )
     # regret_s stays in comparison.csv and summary.json; the terminal shows it as a share.
     print_table(comparison.table.drop(columns=["regret_s"]), title=title)
+    if run_config.pipeline.lending:
+        print(
+            "note: the policies lend GPUs within steps, which the offline optimum of "
+            "step-boundary schedules does not bound: no regret for them (--mechanisms gives "
+            "lending's own bound)"
+        )
+    if side_by_side is not None:
+        _print_mechanisms(side_by_side, title=f"{run_config.name}: mechanisms side by side")
     print(f"wrote {written}")
+
+
+def _print_mechanisms(side_by_side, *, title: str) -> None:
+    """The mechanism table and the lines that say which wins."""
+    from dynaresize.commands.table import print_table
+
+    print_table(side_by_side.table, title=title)
+    for line in side_by_side.summary:
+        print(line)
 
 
 def _refuse_too_many_steps(steps: int | None) -> None:
@@ -218,7 +249,7 @@ def _trace_workload(trace: Path, steps: int | None):
     return workload.slice_steps(0, steps)
 
 
-def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
+def _run_replay(config, policy, costs, out, trace, fact_flags, strict, mechanisms) -> None:
     from dynaresize.commands.out_paths import check_output_folder, input_paths
     from dynaresize.commands.table import print_table
     from dynaresize.config import load_run_config
@@ -241,6 +272,7 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
             "facts": flags.run_facts(*fact_flags),
             "strict": strict,
             "config_name": config,
+            "mechanisms": mechanisms,
         }
         if out is None:
             result = run_replay(**replay)
@@ -252,6 +284,8 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict) -> None:
                     _write_replay_trace(staging, trace, result.policies)
     flags.print_assumed(result.assumed, result.warnings)
     print_table(result.table, title=f"replay of {trace.name}")
+    if result.mechanisms is not None:
+        _print_mechanisms(result.mechanisms, title=f"replay of {trace.name}: mechanisms")
     for note in result.notes:
         print(f"note: {note}")
     if out is not None:
@@ -274,12 +308,18 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
 
 
 def _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf) -> None:
-    from dynaresize.config import load_run_config, resolve_config_path
+    from dynaresize.config import (
+        load_run_config,
+        refuse_twin_only_options,
+        resolve_config_path,
+    )
     from dynaresize.config_io import ConfigError
     from dynaresize.extras import check_live_install, require_live_extra
     from dynaresize.twin import default_out_dir
 
     with user_errors(config):
+        if config is not None:  # before the live extra: the config alone settles it
+            refuse_twin_only_options(load_run_config(config))
         require_live_extra("--mode live")
         if config is None:
             raise ConfigError("--mode live needs --config FILE with a `live:` section")

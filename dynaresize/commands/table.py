@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 _PERCENT_COLUMNS = {"gpu_idle_fraction"}
+_SIGNED_PERCENT_COLUMNS = {"change_vs_best_static"}
 _HEADERS = {
     "total_s": "total (s)",
     "steps_per_hour": "steps/h",
@@ -20,6 +21,8 @@ _HEADERS = {
     "speedup_vs_baseline": "vs baseline",
     "regret_s": "regret (s)",
     "regret_pct": "regret",
+    "change_vs_best_static": "vs best static",
+    "num_lends": "lends",
 }
 
 
@@ -33,6 +36,8 @@ def _cell(column: str, value: Any) -> str:
         return "-"
     if column in _PERCENT_COLUMNS:
         return f"{100 * float(value):.1f}%"
+    if column in _SIGNED_PERCENT_COLUMNS:
+        return f"{100 * float(value):+.1f}%"
     if column.endswith("_pct"):
         return f"{float(value):.1f}%"
     if column.startswith("speedup"):
@@ -53,7 +58,7 @@ def print_table(table: pd.DataFrame, *, title: str) -> None:
     rows = format_rows(table)
     out = Table(title=title)
     for column in table.columns:
-        justify: JustifyMethod = "left" if column in ("name", "kind") else "right"
+        justify: JustifyMethod = "left" if column in ("name", "kind", "mechanism") else "right"
         out.add_column(_header(column), justify=justify, no_wrap=True)
     for r in rows:
         out.add_row(*r)

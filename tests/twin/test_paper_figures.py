@@ -6,18 +6,14 @@ Predicted: the 100-step total-time reduction of the paper's run, against the pap
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_scripts import load_script
 from twin_scenarios import shipped_scenario
 
 from dynaresize.policies import Allocation
 from dynaresize.traces.phases import StrategyName
 from dynaresize.twin.simulation import build_context, simulate
 
-FIT_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_paper_preset.py"
 PAPER_6_2_STEP_S, PAPER_4_4_STEP_S = 39.84, 23.93
 PAPER_OVERLAPPED_S, PAPER_STOP_AND_REBUILD_S = 187.2, 254.8
 # 10 steps at 39.84 s, one 187.2 s stall, 90 steps at 23.93 s, against 100 steps at 39.84 s.
@@ -67,14 +63,7 @@ def test_hundred_step_reduction_is_within_two_points_of_the_papers_arithmetic(pa
 
 
 def test_the_shipped_parameters_are_what_the_fit_script_finds():
-    spec = importlib.util.spec_from_file_location("fit_paper_preset", FIT_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = script  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(script)
-    finally:
-        del sys.modules[spec.name]
+    script = load_script("fit_paper_preset")
     shipped = shipped_scenario("paper").costs
     fitted = script.rounded(script.fit(script.preset_mapping()))
     assert fitted.decode_s_per_active_seq == shipped.rollout.decode_s_per_active_seq

@@ -40,6 +40,7 @@ from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
 from ..config import ScenarioConfig, load_config
+from ..mechanisms import MechanismComparison, compare_mechanisms, write_mechanisms
 from ..optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from ..run_facts import AssumedFact, RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
@@ -99,6 +100,8 @@ class ReplayResult:
     """The recorded run's controller decisions, where its log kept them."""
     optimal_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)
     """The optimum's start and moves (`twin.optimal.schedule_table`)."""
+    mechanisms: MechanismComparison | None = None
+    """The mechanisms side by side on the recorded workload, when asked for."""
 
     @property
     def prediction_error(self) -> float:
@@ -148,8 +151,10 @@ def replay_trace(
     *,
     policies: Sequence[PolicySpec] | None = None,
     fit_to_trace: bool = True,
+    mechanisms: bool = False,
 ) -> ReplayResult:
-    """Compare the recorded run with its twin replay, static splits, policies and the optimum."""
+    """Compare the recorded run with its twin replay, static splits, policies and the optimum
+    (and, with `mechanisms`, the ways of moving GPUs side by side: twin.mechanisms)."""
     steps = trace.steps
     if len(steps) == 0:
         raise ConfigError("the trace has no steps to replay")
@@ -287,6 +292,7 @@ def replay_trace(
         warnings=context.warnings,
         recorded_decisions=trace.decisions,
         optimal_schedule=optimum_schedule_table(sim_context, optimum, steps["step"].to_numpy()),
+        mechanisms=compare_mechanisms(scenario, sim_context) if mechanisms else None,
     )
     result.notes.insert(
         0,
@@ -424,6 +430,8 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
         result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
         decisions_table(result).to_csv(staging / "decisions.csv", index=False)
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
+        if result.mechanisms is not None:
+            write_mechanisms(result.mechanisms, staging, title=f"{title}: mechanisms")
 
 
 def run_replay(
@@ -437,6 +445,7 @@ def run_replay(
     facts: RunFacts | None = None,
     strict: bool = False,
     config_name: str | os.PathLike[str] | None = None,
+    mechanisms: bool = False,
 ) -> ReplayResult:
     """The `run --mode replay` entry point: read, fit, replay, compare, and write `out_dir`.
 
@@ -454,7 +463,9 @@ def run_replay(
     context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
     if strict:
         refuse_assumed(context.assumed)
-    result = replay_trace(loaded, context, policies=policies, fit_to_trace=costs is None)
+    result = replay_trace(
+        loaded, context, policies=policies, fit_to_trace=costs is None, mechanisms=mechanisms
+    )
     if out_dir is not None:
         write_replay_outputs(
             result,

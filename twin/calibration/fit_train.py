@@ -113,7 +113,9 @@ def _fit_train_one_allocation(
     scale = 1.0 if intercept_s >= per_gpu_terms_s else intercept_s / per_gpu_terms_s
     return base.model_copy(
         update={
-            "s_per_token_one_gpu": float(slope_s_per_token * num_gpus * efficiency),
+            "s_per_token_one_gpu": float(
+                slope_s_per_token * num_gpus * efficiency / model.active_fraction
+            ),
             "fixed_overhead_s": float(max(0.0, intercept_s - per_gpu_terms_s)),
             "optimizer_s_per_gb_shard": base.optimizer_s_per_gb_shard * scale,
             "allreduce_s_per_gb": base.allreduce_s_per_gb * scale,
@@ -276,7 +278,7 @@ def _fit_train_form(
     fitted = base.model_copy(
         update={
             "fixed_overhead_s": float(fixed_s),
-            "s_per_token_one_gpu": float(per_token_scaled / token_scale),
+            "s_per_token_one_gpu": float(per_token_scaled / token_scale / model.active_fraction),
             "scaling_efficiency_per_doubling": float(efficiency),
             "optimizer_s_per_gb_shard": float(per_gpu_rate) if form == "optimizer" else 0.0,
             "allreduce_s_per_gb": float(per_gpu_rate) if form == "allreduce" else 0.0,

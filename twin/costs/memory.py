@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 GB = 1e9
 
@@ -21,7 +21,17 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 
-    num_params_b: float = Field(gt=0, description="Model parameters, in billions.")
+    num_params_b: float = Field(
+        gt=0, description="Model parameters, in billions (all experts of a mixture of experts)."
+    )
+    num_active_params_b: float | None = Field(
+        default=None,
+        gt=0,
+        description="Parameters each token computes with, in billions (a mixture of experts' "
+        "active parameters, e.g. 3 for a 35B-A3B model); None: dense, all of num_params_b. "
+        "Training compute scales with them; memory, optimizer state, weight sync and resizes "
+        "with num_params_b.",
+    )
     weight_bytes_per_param: float = Field(
         default=2.0, gt=0, description="Bytes per parameter of the working weights (bf16: 2)."
     )
@@ -48,9 +58,26 @@ class ModelConfig(BaseModel):
         "measures it.",
     )
 
+    @model_validator(mode="after")
+    def _active_within_total(self) -> ModelConfig:
+        if self.num_active_params_b is not None and self.num_active_params_b > self.num_params_b:
+            raise ValueError(
+                f"num_active_params_b {self.num_active_params_b:g} exceeds num_params_b "
+                f"{self.num_params_b:g}: a token cannot compute with more parameters than the "
+                "model has"
+            )
+        return self
+
     @property
     def num_params(self) -> float:
         return self.num_params_b * 1e9
+
+    @property
+    def active_fraction(self) -> float:
+        """Share of the parameters a token computes with (1 for a dense model)."""
+        if self.num_active_params_b is None:
+            return 1.0
+        return self.num_active_params_b / self.num_params_b
 
     @property
     def weights_gb(self) -> float:

@@ -213,6 +213,16 @@ class ResizeCostParams(BaseModel):
     overlapped: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=_default_overlapped, description="Phases of the overlapped strategy."
     )
+    activate: PhaseCostParams = Field(  # a second, plus a weight sync's gather-and-load rate
+        default=PhaseCostParams(base_s=1.0, s_per_gb=0.3, moves=StateMoved.WEIGHTS),
+        description="Lending within a step: waking the sleeping replicas on the trainers' GPUs "
+        "and loading the current weights (bytes: each GPU's tensor-parallel share).",
+    )
+    deactivate: PhaseCostParams = Field(  # a second, plus offloading weights at 25 GB/s
+        default=PhaseCostParams(base_s=1.0, s_per_gb=0.04, moves=StateMoved.WEIGHTS),
+        description="Lending within a step: aborting the lent replicas' requests and putting "
+        "them back to sleep (bytes: each GPU's tensor-parallel share).",
+    )
     path_bandwidths: PathBandwidths | None = Field(
         default=None,
         description="Measured bandwidth of each transfer path (shm, device, network) and where "

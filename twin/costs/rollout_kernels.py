@@ -15,6 +15,7 @@ identical results:
 
 from __future__ import annotations
 
+import heapq
 import os
 from dataclasses import dataclass
 from enum import Enum
@@ -128,6 +129,29 @@ def _makespans_numpy(
         slots[row, least] += queue[:, j]
     makespans[long_rows] = slots.max(axis=1)
     return makespans
+
+
+def fifo_start_iterations(
+    lengths: np.ndarray, max_concurrent_seqs: int | None, *, backend: KernelBackend | None = None
+) -> np.ndarray:
+    """Decode iteration at which each sample of one replica's FIFO queue is admitted (int64):
+    the first `C` at once, each later one into the slot that frees first. The schedule whose
+    makespan `replica_counts` returns, sample by sample."""
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    if max_concurrent_seqs is None or len(lengths) <= max_concurrent_seqs:
+        return np.zeros(len(lengths), dtype=np.int64)
+    if (backend or default_backend()) is KernelBackend.NUMBA:
+        from . import rollout_numba
+
+        return rollout_numba.fifo_starts(lengths, max_concurrent_seqs)
+    slots = lengths[:max_concurrent_seqs].tolist()
+    heapq.heapify(slots)
+    starts = np.zeros(len(lengths), dtype=np.int64)
+    for j in range(max_concurrent_seqs, len(lengths)):
+        free = slots[0]
+        starts[j] = free
+        heapq.heapreplace(slots, free + int(lengths[j]))
+    return starts
 
 
 def _numba_kernel():

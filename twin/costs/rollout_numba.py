@@ -74,3 +74,24 @@ def counts(prompt, response, starts, sizes, limited, concurrency):
         makespan[c] = longest
         response_sum[c] = total_response
     return prompt_sum, makespan, response_sum
+
+
+@numba.njit(cache=True, nogil=True)
+def fifo_starts(lengths, concurrency):
+    """Decode iteration at which each sample of one replica's FIFO queue is admitted, on
+    `concurrency` slots: the same min-heap as `counts`, reading the root before it takes the
+    sample."""
+    n = len(lengths)
+    starts = np.zeros(n, dtype=np.int64)
+    if n <= concurrency:
+        return starts
+    heap = np.empty(concurrency, dtype=np.int64)
+    for k in range(concurrency):
+        heap[k] = lengths[k]
+    for k in range(concurrency // 2 - 1, -1, -1):
+        sift_down(heap, k, concurrency)
+    for j in range(concurrency, n):
+        starts[j] = heap[0]
+        heap[0] += lengths[j]
+        sift_down(heap, 0, concurrency)
+    return starts

@@ -2,7 +2,7 @@
 optimizer step on each GPU's shard.
 
     train_s = fixed_overhead_s
-            + tokens * s_per_token_one_gpu / (n * efficiency(n))
+            + tokens * s_per_token_one_gpu * active_fraction / (n * efficiency(n))
             + optimizer_s_per_gb_shard * optimizer_state_gb / n
             + allreduce_s_per_gb * gradients_gb * 2 (n - 1) / n
             + collective_s_per_gb_per_extra_gpu * gradients_gb * (n - 1)
@@ -12,6 +12,12 @@ GPUs keeps that share of linear speedup (communication and load imbalance eat th
 gradient all-reduce is a ring's: each rank sends and receives 2 (n - 1) / n of the gradients, so
 it costs nothing on one GPU and is nearly flat beyond a few; collectives whose cost grows with the
 rank count itself (through host memory) have their own term.
+
+`active_fraction` is the share of the model's parameters a token computes with: 1 for a dense
+model, active over total for a mixture of experts (3/35 for a 35B-A3B model). Compute follows the
+active parameters; the optimizer step, gradients and memory follow all of them. So
+`s_per_token_one_gpu` is what a dense model of `num_params_b` parameters would need per token,
+and a dense model's cost is what it always was.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ class TrainCostParams(BaseModel):
         default=2.0e-4,
         ge=0,
         description="Seconds one GPU needs per prompt-plus-response token for the whole update "
-        "(log-prob passes, forward and backward).",
+        "(log-prob passes, forward and backward) of a dense model of the model's size; a "
+        "mixture of experts pays its active share of it.",
     )
     scaling_efficiency_per_doubling: float = Field(
         default=0.95,
@@ -102,7 +109,10 @@ def train_stage_s(
     """Seconds of the training stage for each entry of `tokens` (vectorised)."""
     tokens = np.asarray(tokens, dtype=np.float64)
     efficiency = float(scaling_efficiency(train_gpus, params))
-    compute_s = tokens * params.s_per_token_one_gpu / (train_gpus * efficiency)
+    per_token_s = params.s_per_token_one_gpu
+    if model.num_active_params_b is not None:  # a dense model's figure stays exactly as it was
+        per_token_s *= model.active_fraction
+    compute_s = tokens * per_token_s / (train_gpus * efficiency)
     collective_s = params.collective_s_per_gb_per_extra_gpu * model.gradients_gb * (train_gpus - 1)
     collective_s += params.allreduce_s_per_gb * model.gradients_gb * ring_traffic(train_gpus)
     return (

@@ -18,6 +18,7 @@ from .comparisons import (
     plot_sweep_scatter,
     transitions_from_breakeven,
 )
+from .mechanisms import plot_mechanisms
 from .runs import (
     BACKGROUND_COLOR,
     CRITICAL_COLOR,
@@ -41,6 +42,7 @@ __all__ = [
     "TRAIN_COLOR",
     "plot_allocation",
     "plot_breakeven_curve",
+    "plot_mechanisms",
     "plot_policy_comparison",
     "plot_resize_gantt",
     "plot_sweep_heatmap",

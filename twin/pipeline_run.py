@@ -1,0 +1,80 @@
+"""What one run of the SimPy pipeline reads (`PipelineRun`) and what it fills (`PipelineRecords`).
+
+Kept apart from the pipeline itself so that the keywords of a run are written once, and so that
+the pipeline that follows batches sample by sample (sample_pipeline.py) shares them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dynaresize.policies.types import Allocation, CostSource, Policy
+
+from .config import PipelineConfig
+from .costs.resize import ResizePlans
+from .step_costs import StepCosts
+
+if TYPE_CHECKING:
+    from .sample_pipeline import SampleInputs
+
+__all__ = ["DECISION_FIELDS", "PipelineRecords", "PipelineRun"]
+
+DECISION_FIELDS = (
+    "step",
+    "time_s",
+    "policy",
+    "decision",
+    "from_allocation",
+    "to_allocation",
+    "reason",
+    "cost_source",
+    "predicted_resize_critical_s",
+    "resize_id",
+)
+
+
+@dataclass(frozen=True)
+class PipelineRun:
+    """Everything one run of the pipeline reads: one policy over every step of `costs`."""
+
+    costs: StepCosts
+    policy: Policy
+    policy_name: str
+    pipeline: PipelineConfig
+    initial: Allocation
+    plans: ResizePlans
+    predicted_step_s: np.ndarray
+    observation_window_steps: int
+    cost_source: CostSource
+    samples: SampleInputs | None = None
+    """Per-sample inputs, given exactly when the pipeline lends or keeps partial rollouts
+    (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""
+
+
+@dataclass
+class PipelineRecords:
+    """Column lists of the three record tables, filled as the run goes."""
+
+    steps: dict[str, np.ndarray | list] = field(default_factory=dict)
+    """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
+    resizes: dict[str, list] = field(default_factory=dict)
+    decisions: dict[str, list] = field(default_factory=dict)
+    decision_rows: list[tuple] = field(default_factory=list)
+    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
+    at the end of the run, rather than appended to column by column at every boundary."""
+    rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
+    train_intervals: list[tuple[float, float]] = field(default_factory=list)
+    stall_s: float = 0.0
+    end_s: float = 0.0
+    lending: dict[str, np.ndarray] | None = None
+    """Per-step lending columns (lent_gpus, lend_start_s, ...) and the decisions' `lend`, where
+    the pipeline could lend; None elsewhere."""
+    samples: dict[str, np.ndarray] | None = None
+    """Per-sample columns (finish_s, num_resumes) of a sample-level run; None elsewhere."""
+
+    def add(self, table: dict[str, list], **row: object) -> None:
+        for key, value in row.items():
+            table.setdefault(key, []).append(value)
