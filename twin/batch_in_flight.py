@@ -194,10 +194,11 @@ class BatchInFlight:
             waiting = line.samples[(line.start_it >= done_it) & ~finished]  # FIFO order
             if rid in replicas and rid not in abort:
                 own[rid] = (started, waiting)
-                if done_it > 0:  # it goes on from the end of its last whole iteration
+                idle = bool(finished.all())  # idle since its last sample: new work starts at t
+                if not idle and done_it > 0:  # it goes on from the end of its last whole iteration
                     boundary = line.end_of_iteration_s(np.array([done_it - 1]))[0]
                     kept_from[rid] = seg.starts_s[rid] + seg.factor * float(boundary)
-                elif seg.starts_s[rid] > t:
+                elif not idle and seg.starts_s[rid] > t:
                     kept_from[rid] = seg.starts_s[rid]
             else:
                 aborted.append(started)

@@ -41,7 +41,7 @@ from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 from .trusted import trusted, trusted_complete
 
-__all__ = ["PipelineRecords", "PipelineRun", "run_pipeline"]
+__all__ = ["PipelineRecords", "PipelineRun"]
 
 
 @dataclass
@@ -439,19 +439,3 @@ class _Pipeline:
         self.paused = False
         resume, self.resume = self.resume, self.env.event()
         resume.succeed()
-
-
-def run_pipeline(run: PipelineRun) -> PipelineRecords:
-    """Run one policy over every step of `run.costs`; returns the filled record columns."""
-    if run.samples is None:
-        sim = _Pipeline(run)
-    else:
-        from .sample_pipeline import SamplePipeline  # lending, partial rollouts
-
-        sim = SamplePipeline(run)
-    if run.pipeline.mode is PipelineMode.ASYNC:
-        sim.run_async()
-    else:
-        sim.env.process(sim.lockstep())
-    sim.env.run()
-    return sim.finish()

@@ -25,8 +25,8 @@ from .config import ScenarioConfig
 from .costs import CostModels
 from .costs.lend import LendPlan, plan_lend
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
-from .pipeline import run_pipeline
 from .pipeline_run import PipelineRecords, PipelineRun
+from .pipeline_runner import run_pipeline
 from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_warmup, tokens_per_step
 from .summary import SimSummary, summarize_run
 

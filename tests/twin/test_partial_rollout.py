@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twin_scenarios import scenario
 
@@ -61,6 +61,7 @@ replans = st.lists(
 
 
 @settings(max_examples=40, deadline=None)
+@example(lengths=[1, 53], plan=[(1.0, 1, False)], keep_tokens=True)  # a replica idle at the replan
 @given(
     lengths=st.lists(st.integers(0, 120), min_size=1, max_size=40),
     plan=replans,

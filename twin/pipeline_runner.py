@@ -1,0 +1,25 @@
+"""Drive one run through the pipeline that fits it: the whole-batch one (`pipeline.py`), or the
+sample-level one (`sample_pipeline.py`) when lending or partial rollouts need to know which
+requests are in flight. A module of its own so that neither pipeline imports the other's
+subclass."""
+
+from __future__ import annotations
+
+from dynaresize.traces.phases import PipelineMode
+
+from .pipeline import _Pipeline
+from .pipeline_run import PipelineRecords, PipelineRun
+from .sample_pipeline import SamplePipeline
+
+__all__ = ["run_pipeline"]
+
+
+def run_pipeline(run: PipelineRun) -> PipelineRecords:
+    """Run one policy over every step of `run.costs`; returns the filled record columns."""
+    sim = _Pipeline(run) if run.samples is None else SamplePipeline(run)
+    if run.pipeline.mode is PipelineMode.ASYNC:
+        sim.run_async()
+    else:
+        sim.env.process(sim.lockstep())
+    sim.env.run()
+    return sim.finish()
