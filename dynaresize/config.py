@@ -1,15 +1,17 @@
 """The configuration of one `dynaresize run`: a twin scenario plus live and output settings.
 
 `--config NAME` picks a config shipped in `dynaresize/configs/` (`example`, `paper`); anything
-else is read as a path to a YAML file.
+else is read as a path to a YAML file. A config with a `live:` section is read as a
+`LiveRunConfig` (`dynaresize/live_run_config.py`), which brings in the executor's settings; one
+without (every twin scenario) is a plain `RunConfig` and imports none of the executor.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dynaresize.config_io import (
     ConfigError,
@@ -17,9 +19,10 @@ from dynaresize.config_io import (
     format_validation_error,
     load_yaml_mapping,
 )
-from dynaresize.executor.config import LiveConfig
-from dynaresize.shared_facts import disagreements, fill_shared_facts
 from dynaresize.twin.config import ScenarioConfig
+
+if TYPE_CHECKING:
+    from dynaresize.executor.config import LiveConfig
 
 BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
@@ -45,25 +48,15 @@ class OutputConfig(BaseModel):
 class RunConfig(ScenarioConfig):
     """A scenario plus the settings only a run needs."""
 
-    live: LiveConfig | None = Field(
-        default=None, description="Live-executor settings (used by --mode live only)."
-    )
+    if TYPE_CHECKING:
+        live: LiveConfig | None
+    else:
+        live: None = Field(
+            default=None,
+            description="Live-executor settings (used by --mode live only); set only in a "
+            "LiveRunConfig, the form of a config that has this section.",
+        )
     output: OutputConfig = Field(default_factory=OutputConfig, description="Output settings.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _state_shared_facts_once(cls, data: Any) -> Any:
-        """Facts the live section shares with the twin sections (dynaresize/shared_facts.py)
-        may be written on either side; the other side takes them."""
-        return fill_shared_facts(data) if isinstance(data, dict) else data
-
-    @model_validator(mode="after")
-    def _live_agrees_with_scenario(self) -> RunConfig:
-        if self.live is not None:
-            problems = disagreements(self.live, self)
-            if problems:
-                raise ValueError("; ".join(problems))
-        return self
 
 
 def builtin_config_names() -> list[str]:
@@ -95,6 +88,10 @@ def load_run_config(name_or_path: str, *, overrides: dict[str, Any] | None = Non
     if overrides:
         data = deep_merge(data, overrides)
     try:
-        return RunConfig.model_validate(data)
+        if data.get("live") is None:
+            return RunConfig.model_validate(data)
+        from dynaresize.live_run_config import LiveRunConfig
+
+        return LiveRunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(path))) from None

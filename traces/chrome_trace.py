@@ -44,12 +44,27 @@ NESTING_TOLERANCE_US = 0.01
 """Spans that touch within this (rounding of the microsecond clock) count as touching."""
 
 
+def _frame_rows(frame: Any) -> list[dict[str, Any]]:
+    """A DataFrame's rows as `to_dict(orient="records")` gives them (Python values, None for a
+    missing nullable integer), built a column at a time: several times faster."""
+    from pandas import NA
+
+    names = list(frame.columns)
+    columns = []
+    for name in names:
+        values = frame[name].tolist()
+        if any(v is NA for v in values):
+            values = [None if v is NA else v for v in values]
+        columns.append(values)
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
 def _rows(records: Any) -> list[dict[str, Any]]:
     """Accept a pandas DataFrame, pydantic records or plain dicts; return plain dicts."""
     if records is None:
         return []
     if hasattr(records, "to_dict") and hasattr(records, "columns"):
-        return [dict(r) for r in records.to_dict(orient="records")]
+        return _frame_rows(records)
     rows = []
     for record in records:
         if hasattr(record, "model_dump"):
