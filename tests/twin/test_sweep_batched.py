@@ -19,7 +19,13 @@ from dynaresize.twin.config import ScenarioConfig
 from dynaresize.twin.simulation import build_context, simulate
 from dynaresize.twin.sweeps import tasks as sweep_tasks
 from dynaresize.twin.sweeps.plan import MIN_GROUP_RUNS, plan_sweep
-from dynaresize.twin.sweeps.tasks import BaselineTask, GroupTask, RunTask, evaluate_group
+from dynaresize.twin.sweeps.tasks import (
+    RUN_MEASURES,
+    BaselineTask,
+    GroupTask,
+    RunTask,
+    evaluate_group,
+)
 from dynaresize.twin.sweeps.vector_policies import VECTOR_POLICIES
 
 VARIANTS: dict[str, list[dict]] = {
@@ -44,17 +50,6 @@ VARIANTS: dict[str, list[dict]] = {
     ],
 }
 """Settings each kind runs at; a kind not listed runs at its defaults."""
-
-MEASURES = {
-    "total_time_s": "total_s",
-    "num_steps": "num_steps",
-    "num_resizes": "num_resizes",
-    "thrash_count": "thrash_count",
-    "resize_time_s": "resize_time_s",
-    "gpu_idle_fraction": "gpu_idle_fraction",
-    "steps_per_hour": "steps_per_hour",
-    "final_allocation": "final_allocation",
-}
 
 
 def _policies() -> list:
@@ -82,7 +77,7 @@ def _group(config: ScenarioConfig, policies: list, name: str) -> GroupTask:
 def _same(row: dict, config: ScenarioConfig, policy, context) -> None:
     """The row's measures are exactly those of `simulate()` on the same context."""
     summary = simulate(config, policy, context=context).summary
-    for column, field in MEASURES.items():
+    for column, (field, _) in RUN_MEASURES.items():
         assert row[column] == getattr(summary, field), (policy, column)
     assert row["named_baseline_allocation"] == (summary.baseline_allocation or "")
     expected = summary.speedup_vs_baseline

@@ -158,19 +158,25 @@ def evaluate_group(task: GroupTask) -> dict[str, Any]:
     return {"baseline": baseline, "runs": rows}
 
 
+RUN_MEASURES: dict[str, tuple[str, type]] = {
+    "total_time_s": ("total_s", float),
+    "num_steps": ("num_steps", int),
+    "num_resizes": ("num_resizes", int),
+    "thrash_count": ("thrash_count", int),
+    "resize_time_s": ("resize_time_s", float),
+    "gpu_idle_fraction": ("gpu_idle_fraction", float),
+    "steps_per_hour": ("steps_per_hour", float),
+    "final_allocation": ("final_allocation", str),
+}
+"""Column of the sweep table -> the field of a run's `SimSummary` it holds, and its type."""
+
+
 def _simulated_row(key: str, policy: PolicyConfigBase, shared: _Shared) -> dict[str, Any]:
     """One run through `simulate()`: the measures the sweep table keeps."""
     summary = simulate(shared.config, policy, context=shared.context).summary
     return {
         "key": key,
-        "total_time_s": float(summary.total_s),
-        "num_steps": int(summary.num_steps),
-        "num_resizes": int(summary.num_resizes),
-        "thrash_count": int(summary.thrash_count),
-        "resize_time_s": float(summary.resize_time_s),
-        "gpu_idle_fraction": float(summary.gpu_idle_fraction),
-        "steps_per_hour": float(summary.steps_per_hour),
-        "final_allocation": str(summary.final_allocation),
+        **{column: kind(getattr(summary, name)) for column, (name, kind) in RUN_MEASURES.items()},
         # the config's named static split (e.g. the paper's 6:2), when it names one
         "named_baseline_allocation": summary.baseline_allocation or "",
         "speedup_vs_named_baseline": float(summary.speedup_vs_baseline or float("nan")),
