@@ -187,3 +187,16 @@ def test_groups_cover_each_pending_run_once_with_one_baseline_per_context():
     groups = plan.groups(runs_done=done, baselines_done={first}, num_workers=2)
     assert sorted(r.key for g in groups for r in g.runs) == sorted(everything - done)
     assert first not in [g.context.key for g in groups if g.with_baseline]
+
+
+def test_a_pipeline_setting_the_lockstep_does_not_model_sends_runs_to_simulate(monkeypatch):
+    from dynaresize.twin.sweeps import lockstep
+
+    config = scenario(pipeline={"resize_strategy": "stop_and_rebuild"})
+    assert lockstep.lockstep_supported(config)
+    assert not lockstep.lockstep_supported(scenario(pipeline={"mode": "async"}))
+    # a setting it does not know of, away from its default, is not modelled
+    unknown = {"pipeline": {"mode", "max_staleness_steps", "in_flight"}}
+    monkeypatch.setattr(lockstep, "MODELLED_SETTINGS", unknown)
+    assert not lockstep.lockstep_supported(config)
+    assert lockstep.lockstep_supported(scenario())  # at its default, it is

@@ -40,9 +40,33 @@ def batch_size(num_steps: int) -> int:
     return max(1, MAX_TRAIL_VALUES // max(1, num_steps))
 
 
+MODELLED_SETTINGS = {
+    "pipeline": {"mode", "max_staleness_steps", "in_flight", "resize_strategy"},
+    "simulation": {
+        "num_steps",
+        "seed",
+        "thrash_window_steps",
+        "observation_window_steps",
+        "baseline_allocation",
+    },
+}
+"""The settings of the sections that shape the pipeline which this module follows. A setting
+added there later, set away from its default, sends the runs through `simulate()` until this
+module models it too."""
+
+
 def lockstep_supported(config: ScenarioConfig) -> bool:
-    """Whether runs of this scenario can be advanced together (a lockstep pipeline)."""
-    return config.pipeline.mode in LOCKSTEP_MODES
+    """Whether runs of this scenario can be advanced together: a lockstep pipeline, and no
+    pipeline or simulation setting this module does not model away from its default."""
+    if config.pipeline.mode not in LOCKSTEP_MODES:
+        return False
+    for section, modelled in MODELLED_SETTINGS.items():
+        settings = getattr(config, section)
+        for name, info in type(settings).model_fields.items():
+            default = info.get_default(call_default_factory=True)
+            if name not in modelled and getattr(settings, name) != default:
+                return False
+    return True
 
 
 @dataclass(frozen=True)
