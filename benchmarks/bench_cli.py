@@ -2,24 +2,32 @@
 
 The command runs in a fresh process (as a user runs it) with timers around its parts, and the
 benchmark prints the split, least CPU seconds over several runs (this machine is shared, so wall
-time mostly measures the neighbours; CPU time is what an idle core would show):
+time mostly measures the neighbours; CPU time is what an idle core would show). The project's
+bytecode is written by the first run (kept apart) and read by the others, as in any checkout or
+install; an environment that forbids writing it would time the compiler on every run.
 
 - `interpreter_s`: Python's own start, before any project code;
 - `cli_import_s`: importing the command line (what `--help` costs);
 - `load_config_s`: reading and validating the config;
-- `simulation_imports_s`: importing the simulation's code and what it runs on (numpy, pandas,
-  SimPy, pydantic): counted as part of the simulation, which cannot run without it;
+- `simulation_imports_s`: importing the simulation's code and what it runs on (numpy, pandas
+  and the pyarrow it loads, SimPy, pydantic);
 - `other_imports_s`: the rest of what the command imports (the run folder's writers, the table);
 - `simulation_s`: `run_comparison`, every policy and static split and the offline optimum,
   including the rollout kernel it loads on first use;
 - `write_s`: the run folder, split into `write_tables_s` (Parquet trace tables),
   `write_chrome_trace_s`, `write_timeline_s` (timeline.svg) and the rest;
 - `print_table_s`: the table on the terminal;
-- `outside_simulation_s`: everything but the simulation and its imports; the target is less
-  than `inside_simulation_s` (`simulation_s + simulation_imports_s`). Also reported:
-  `outside_simulation_strict_s`, everything but `simulation_s` (every import outside).
+- `inside_simulation_s` (`simulation_s + simulation_imports_s`) and `outside_simulation_s`
+  (everything else); `outside_simulation_strict_s` counts every import as outside;
+- `total_s`: the whole command; target at most `TARGET_TOTAL_S`.
 
-Also `help_s`: `dynaresize --help` in a fresh process, and the modules it imports.
+Also `library_imports_s`: a fresh process that only imports the libraries the command runs on
+(numpy, pandas, pyarrow's Parquet writer, pydantic with one model, SimPy, PyYAML, typer, rich),
+the part of `total_s` no change to the project can take away, run right after each command run;
+`project_share_s`: the median over those pairs of the command's total less the libraries' (what
+the project's own code costs, steadier than either on a busy machine); `help_s`: `dynaresize
+--help` in a fresh process; and the heavy libraries and project packages each has imported (the
+command: by the time the simulation starts) that it does not use.
 
 Before the run folder's picture became timeline.svg (and SciPy an import of the one function
 that needs it), the same measurement gave 3.41 s in all: 0.70 s simulating and 1.11 s drawing
@@ -32,13 +40,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_TOTAL_S = 1.2
 HEAVY = ["matplotlib", "numba", "scipy", "simpy", "torch", "ray", "pandas"]
+UNUSED_BY_SIM = ["matplotlib", "numba", "scipy", "torch", "ray", "vllm", "transformers"]
+UNUSED_PROJECT = ["dynaresize.executor", "dynaresize.traces.importers", "dynaresize.twin.analysis"]
+"""What a sim run of a config without a live section does not use, before or after it starts."""
 
 _CHILD = r"""
 import json, sys, time
@@ -46,6 +59,7 @@ from contextlib import redirect_stdout
 import io
 
 cpu = {"interpreter_s": time.process_time()}
+unused = json.loads(sys.argv[2])
 
 def timed(owner, name, key):
     inner = getattr(owner, name)
@@ -82,6 +96,15 @@ twin.write_comparison = comparison.write_comparison
 timed(twin, "run_comparison", "simulation_s")
 timed(twin, "write_comparison", "write_s")
 
+def loaded(names):
+    return sorted({n for n in names for m in sys.modules if m == n or m.startswith(n + ".")})
+
+simulate = twin.run_comparison
+def at_start(*args, **kwargs):
+    cpu["unused_at_simulation_start"] = loaded(unused)
+    return simulate(*args, **kwargs)
+twin.run_comparison = at_start
+
 code = 0
 with redirect_stdout(io.StringIO()):
     try:
@@ -90,6 +113,7 @@ with redirect_stdout(io.StringIO()):
     except SystemExit as done:
         code = done.code or 0
 cpu["total_s"] = time.process_time()
+cpu["unused_at_end"] = loaded(unused)
 cpu["exit_code"] = code
 print(json.dumps(cpu))
 """
@@ -108,27 +132,44 @@ heavy = [m for m in json.loads(sys.argv[1]) if m in sys.modules]
 print(json.dumps({"help_s": time.process_time(), "heavy_imported": heavy}))
 """
 
+_LIBRARIES = r"""
+import json, time
+import numpy, pandas, pyarrow.parquet, pydantic, simpy, yaml, typer, rich.console, rich.table
+
+class One(pydantic.BaseModel):
+    value: int = 0
+
+One(value=1)
+print(json.dumps({"library_imports_s": time.process_time()}))
+"""
+
 
 def _child(script: str, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run(
         [sys.executable, "-c", script, *args],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
+        env=env,
         timeout=600,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def measure(repeats: int) -> dict:
-    runs = []
+    runs, libraries = [], []
+    unused = json.dumps(UNUSED_BY_SIM + UNUSED_PROJECT)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats + 1):  # the first may compile or load caches: kept apart
-            figures = _child(_CHILD, str(Path(tmp) / f"run{i}"))
+            figures = _child(_CHILD, str(Path(tmp) / f"run{i}"), unused)
             assert figures.pop("exit_code") == 0, figures
             runs.append(figures)
+            # right after each run, under the same load: the libraries alone
+            libraries.append(_child(_LIBRARIES)["library_imports_s"])
     first, rest = runs[0], runs[1:]
+    shares = sorted(r["total_s"] - lib for r, lib in zip(rest, libraries[1:], strict=True))
     best = min(rest, key=lambda r: r["total_s"])
     best["write_other_s"] = best["write_s"] - sum(
         best.get(k, 0.0) for k in ("write_tables_s", "write_chrome_trace_s", "write_timeline_s")
@@ -138,9 +179,12 @@ def measure(repeats: int) -> dict:
     best["inside_simulation_s"] = inside
     best["outside_simulation_strict_s"] = best["total_s"] - best["simulation_s"]
     best["first_run_total_s"] = first["total_s"]
+    best["library_imports_s"] = min(libraries[1:])
+    best["project_share_s"] = shares[len(shares) // 2]
     helps = [_child(_HELP, json.dumps(HEAVY)) for _ in range(repeats)]
     best["help_s"] = min(h["help_s"] for h in helps)
     best["help_heavy_imports"] = helps[0]["heavy_imported"]
+    best["load_average_1min"] = round(os.getloadavg()[0], 2)
     return best
 
 
@@ -162,6 +206,8 @@ ORDER = [
     "outside_simulation_s",
     "outside_simulation_strict_s",
     "first_run_total_s",
+    "library_imports_s",
+    "project_share_s",
     "help_s",
 ]
 
@@ -171,22 +217,30 @@ def report(figures: dict, repeats: int) -> str:
         "# `dynaresize run --mode sim --config example`: where the time goes",
         "",
         f"CPU seconds, least of {repeats} runs in fresh processes "
-        "(`python benchmarks/bench_cli.py`).",
+        f"(`python benchmarks/bench_cli.py`; 1-minute load average {figures['load_average_1min']}"
+        " at the end).",
         "",
         "| part | CPU s |",
         "|---|---|",
     ]
     lines += [f"| {key} | {figures[key]:.3f} |" for key in ORDER if key in figures]
-    inside, outside = figures["inside_simulation_s"], figures["outside_simulation_s"]
-    verdict = "met" if outside < inside else "NOT met"
+    total, inside = figures["total_s"], figures["inside_simulation_s"]
+    verdict = "met" if total <= TARGET_TOTAL_S else "NOT met"
     lines += [
         "",
-        f"Outside the simulation {outside:.3f} s against {inside:.3f} s in it (the simulation's "
-        f"own imports counted in it): target (outside < inside) {verdict}. Counting every "
-        f"import as outside: {figures['outside_simulation_strict_s']:.3f} s against "
-        f"{figures['simulation_s']:.3f} s.",
+        f"In all {total:.3f} s: target (at most {TARGET_TOTAL_S} s) {verdict}. Inside the "
+        f"simulation {inside:.3f} s (its imports {figures['simulation_imports_s']:.3f} s, "
+        f"simulating {figures['simulation_s']:.3f} s), outside it "
+        f"{figures['outside_simulation_s']:.3f} s. Importing the libraries alone takes "
+        f"{figures['library_imports_s']:.3f} s in a fresh process; the project's own share "
+        f"(median of the command less the libraries, run after one another) is "
+        f"{figures['project_share_s']:.3f} s.",
+        "Imported by the time the simulation starts, of what a sim run does not use "
+        f"({', '.join(UNUSED_BY_SIM + UNUSED_PROJECT)}): "
+        f"{', '.join(figures['unused_at_simulation_start']) or 'none'}; by the end: "
+        f"{', '.join(figures['unused_at_end']) or 'none'}.",
         f"`dynaresize --help` imports of {', '.join(HEAVY)}: "
-        f"{figures['help_heavy_imports'] or 'none'}.",
+        f"{', '.join(figures['help_heavy_imports']) or 'none'}.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 RESULTS = Path(__file__).resolve().parent / "results"
+sys.path.insert(0, str(RESULTS.parent.parent / "tests"))  # the tests' scenarios (twin_scenarios)
 
 COMPILE_SNIPPET = """
 import time, numpy as np
@@ -71,23 +72,14 @@ MEDIAN_S: list[float] = []
 
 
 def scenario(num_steps: int, samples: int, kv_capacity: int | None):
-    from dynaresize.twin.config import ScenarioConfig
+    from twin_scenarios import preset_scenario
 
-    return ScenarioConfig.model_validate(
-        {
-            "name": "bench_rollout",
-            "cluster": {
-                "gpus_per_node": 8,
-                "intra_node_bandwidth_gbps": 400,
-                "gpu_memory_gb": 96,
-                "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
-                "initial_allocation": "6:2",
-            },
-            "model": {"num_params_b": 8},
-            "workload": {"preset": "high_variance", "samples_per_step": samples},
-            "costs": {"rollout": {"kv_capacity_tokens_per_replica": kv_capacity}},
-            "simulation": {"num_steps": num_steps},
-        }
+    return preset_scenario(
+        "high_variance",
+        samples_per_step=samples,
+        num_steps=num_steps,
+        name="bench_rollout",
+        costs={"rollout": {"kv_capacity_tokens_per_replica": kv_capacity}},
     )
 
 

@@ -1,7 +1,9 @@
 """The configuration of one `dynaresize run`: a twin scenario plus live and output settings.
 
 `--config NAME` picks a config shipped in `dynaresize/configs/` (`example`, `paper`); anything
-else is read as a path to a YAML file.
+else is read as a path to a YAML file. A config with a `live:` section is read as a
+`LiveRunConfig` (`dynaresize/live_run_config.py`), which brings in the executor's settings; one
+without (every twin scenario) is a plain `RunConfig` and imports none of the executor.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 
 from dynaresize.config_io import (
     ConfigError,
@@ -17,53 +19,11 @@ from dynaresize.config_io import (
     format_validation_error,
     load_yaml_mapping,
 )
-from dynaresize.executor.config import LiveConfig
-from dynaresize.shared_facts import disagreements, fill_shared_facts
-from dynaresize.twin.config import ScenarioConfig
+from dynaresize.run_config import OutputConfig, RunConfig
+
+__all__ = ["BUILTIN_CONFIG_DIR", "OutputConfig", "RunConfig", "load_run_config"]
 
 BUILTIN_CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-
-
-class OutputConfig(BaseModel):
-    """Where and what a run writes."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    runs_dir: str = Field(
-        default="runs",
-        description="Parent folder of timestamped run folders when --out is not given.",
-    )
-    timeline_svg: bool = Field(
-        default=True, description="Draw timeline.svg (step times and the split) beside the tables."
-    )
-    timeline_png: bool = Field(
-        default=False,
-        description="Also draw timeline.png with matplotlib (about a second more than the SVG).",
-    )
-
-
-class RunConfig(ScenarioConfig):
-    """A scenario plus the settings only a run needs."""
-
-    live: LiveConfig | None = Field(
-        default=None, description="Live-executor settings (used by --mode live only)."
-    )
-    output: OutputConfig = Field(default_factory=OutputConfig, description="Output settings.")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _state_shared_facts_once(cls, data: Any) -> Any:
-        """Facts the live section shares with the twin sections (dynaresize/shared_facts.py)
-        may be written on either side; the other side takes them."""
-        return fill_shared_facts(data) if isinstance(data, dict) else data
-
-    @model_validator(mode="after")
-    def _live_agrees_with_scenario(self) -> RunConfig:
-        if self.live is not None:
-            problems = disagreements(self.live, self)
-            if problems:
-                raise ValueError("; ".join(problems))
-        return self
 
 
 TWIN_ONLY_PIPELINE_FIELDS = ("lending", "partial_rollout")
@@ -111,6 +71,10 @@ def load_run_config(name_or_path: str, *, overrides: dict[str, Any] | None = Non
     if overrides:
         data = deep_merge(data, overrides)
     try:
-        return RunConfig.model_validate(data)
+        if data.get("live") is None:
+            return RunConfig.model_validate(data)
+        from dynaresize.live_run_config import LiveRunConfig
+
+        return LiveRunConfig.model_validate(data)
     except ValidationError as err:
         raise ConfigError(format_validation_error(err, str(path))) from None

@@ -47,6 +47,20 @@ BASE: dict[str, Any] = {
 }
 
 
+def preset_scenario(
+    preset: str, *, samples_per_step: int, num_steps: int, **overrides: Any
+) -> ScenarioConfig:
+    """The tiny scenario's cluster with an 8B model and the default costs, on a workload preset:
+    the shape the benchmarks and the optimum and replay tests share."""
+    data = {
+        "cluster": copy.deepcopy(BASE["cluster"]),
+        "model": {"num_params_b": 8},
+        "workload": {"preset": preset, "samples_per_step": samples_per_step},
+        "simulation": {"num_steps": num_steps},
+    }
+    return ScenarioConfig.model_validate(deep_merge(data, overrides))
+
+
 def scenario(**overrides: Any) -> ScenarioConfig:
     """The tiny scenario with nested overrides, e.g. scenario(pipeline={"mode": "sync"})."""
     return ScenarioConfig.model_validate(deep_merge(copy.deepcopy(BASE), overrides))

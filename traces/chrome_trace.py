@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .phases import PhaseName, PipelineMode
+from .rows import record_rows
 
 MICROSECONDS_PER_S = 1_000_000.0
 GPU_PID = 1
@@ -42,23 +43,6 @@ LANE_TID_STRIDE = 1000
 """Extra tracks of a track with tid T get tids T + 1000, T + 2000, ...: clear of every base tid."""
 NESTING_TOLERANCE_US = 0.01
 """Spans that touch within this (rounding of the microsecond clock) count as touching."""
-
-
-def _rows(records: Any) -> list[dict[str, Any]]:
-    """Accept a pandas DataFrame, pydantic records or plain dicts; return plain dicts."""
-    if records is None:
-        return []
-    if hasattr(records, "to_dict") and hasattr(records, "columns"):
-        return [dict(r) for r in records.to_dict(orient="records")]
-    rows = []
-    for record in records:
-        if hasattr(record, "model_dump"):
-            rows.append(record.model_dump(mode="json"))
-        elif isinstance(record, Mapping):
-            rows.append(dict(record))
-        else:
-            raise TypeError(f"cannot read a trace record of type {type(record).__name__}")
-    return rows
 
 
 def _text(value: Any) -> str:
@@ -395,10 +379,10 @@ def chrome_trace(
     runs them; without it they are anchored at each step's start (see the module doc).
     """
     mode = PipelineMode(pipeline_mode) if pipeline_mode is not None else None
-    step_rows = sorted(_rows(steps), key=lambda s: int(s["step"]))
+    step_rows = sorted(record_rows(steps), key=lambda s: int(s["step"]))
     if not step_rows:
         raise ValueError("a Chrome trace needs at least one step record")
-    resize_rows = _rows(resizes)
+    resize_rows = record_rows(resizes)
     events = _metadata(GPU_PID, None, "GPUs (role over time)", 0)
     events += _metadata(PIPELINE_PID, None, "Pipeline (steps and stages)", 0)
     events += _device_role_events(step_rows, _resize_windows(resize_rows))
@@ -406,7 +390,7 @@ def chrome_trace(
     if resize_rows or decisions is not None:
         events += _metadata(RESIZE_PID, None, "Resizes (phases and decisions)", 0)
     events += _resize_events(resize_rows)
-    events += _decision_events(_rows(decisions))
+    events += _decision_events(record_rows(decisions))
     return {
         "traceEvents": _nest_tracks(events),
         "displayTimeUnit": "ms",

@@ -6,6 +6,9 @@ number of samples, total tokens, and the mean and longest response. A replay nee
 per sample, so for such steps the response lengths are the evenly spaced quantiles of a
 lognormal whose mean is the recorded mean and whose top quantile (1 - 1/(2n)) is the recorded
 maximum; the long tail that drives rollout time is kept, nothing is random, and the notes say so.
+
+The other way, `workload_samples` turns a `Workload` into the samples table of a trace (what the
+twin writes beside its step records).
 """
 
 from __future__ import annotations
@@ -162,3 +165,26 @@ def _notes(synthesized: list[int], num_steps: int) -> list[str]:
         "lognormal matching the recorded mean and max response length, and every prompt "
         "gets (tokens - response tokens) / num_samples"
     ]
+
+
+def workload_samples(workload: Workload) -> pd.DataFrame:
+    """A trace's samples table for a workload, the inverse of `infer_workload` on recorded
+    samples (and of the twin's `trace_workload`).
+
+    For traces the twin writes: the token counts and each sample's place in its step; replica,
+    device and finish time are unknown to the twin and left empty.
+    """
+    step = workload.step_index()
+    num_samples = len(step)
+    return pd.DataFrame(
+        {
+            "schema_version": 1,
+            "step": step,
+            "sample_index": np.arange(num_samples) - workload.step_offsets[step],
+            "prompt_tokens": workload.prompt_tokens,
+            "response_tokens": workload.response_tokens,
+            "rollout_replica": [None] * num_samples,
+            "device": [None] * num_samples,
+            "finish_s": [None] * num_samples,
+        }
+    )

@@ -11,6 +11,7 @@ complete: an error leaves nothing.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,6 +30,7 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.timeline_svg import write_timeline_svg
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_inference import workload_samples
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
@@ -228,6 +230,17 @@ def _write_run(
         _write_timeline(folder / "timeline.png", result, title=title)
 
 
+TIMELINE_FILES = ("timeline.svg", "timeline.png")
+
+
+def _copy_files(source: Path, folder: Path, *, leave_out: Sequence[str]) -> None:
+    """Every file directly in `source` but those named, copied into a new `folder`."""
+    folder.mkdir(parents=True)
+    for item in source.iterdir():
+        if item.is_file() and item.name not in leave_out:
+            shutil.copy2(item, folder / item.name)
+
+
 def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
     """The matplotlib timeline (asked for with output.timeline_png): importing matplotlib and
     drawing take longer than a small simulation, so the SVG is the default picture."""
@@ -297,8 +310,6 @@ def write_comparison(
     with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
-        from .trace_source import workload_samples  # here: it brings in the log importers
-
         samples = workload_samples(comparison.context.workload)  # one workload for every run
         _write_run(
             staging,
@@ -309,9 +320,11 @@ def write_comparison(
             timeline_png=timeline_png,
         )
         if len(names) > 1:
-            # One picture per run folder is enough to read it; drawing one per policy would
-            # cost more than simulating them.
-            for name in names:
+            # The first run's tables and traces head the folder and fill its policy folder:
+            # copied there, not validated and written twice. One picture per run folder is
+            # enough to read it; drawing one per policy would cost more than simulating them.
+            _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
+            for name in names[1:]:
                 _write_run(
                     staging / "policies" / name,
                     name,

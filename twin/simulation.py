@@ -213,9 +213,12 @@ def build_context(
     )
 
 
-def _busy_between(intervals: list[tuple[float, float]], lo: np.ndarray, hi: np.ndarray):
-    """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals."""
-    if not intervals:
+def _busy_between(
+    intervals: list[tuple[float, float]] | np.ndarray, lo: np.ndarray, hi: np.ndarray
+):
+    """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals (a list
+    of (start, end) pairs, or an array of them)."""
+    if len(intervals) == 0:
         return np.zeros_like(lo)
     arr = np.array(intervals, dtype=np.float64)
     starts, ends = arr[:, 0], arr[:, 1]

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from dynaresize.config_io import ConfigError
 
@@ -28,6 +27,7 @@ from ..traces.importers import (
 from ..traces.io import Trace
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
+from ..traces.workload_inference import workload_samples as workload_samples  # the inverse
 from .run_facts import RunFacts
 
 
@@ -186,28 +186,6 @@ def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
             return workload, []
     inferred = infer_workload(trace.steps, samples, name=_trace_name(trace))
     return inferred.workload, inferred.notes
-
-
-def workload_samples(workload: Workload) -> pd.DataFrame:
-    """A trace's samples table for a workload, the inverse of `trace_workload`.
-
-    For traces the twin writes: the token counts and each sample's place in its step; replica,
-    device and finish time are unknown to the twin and left empty.
-    """
-    step = workload.step_index()
-    num_samples = len(step)
-    return pd.DataFrame(
-        {
-            "schema_version": 1,
-            "step": step,
-            "sample_index": np.arange(num_samples) - workload.step_offsets[step],
-            "prompt_tokens": workload.prompt_tokens,
-            "response_tokens": workload.response_tokens,
-            "rollout_replica": [None] * num_samples,
-            "device": [None] * num_samples,
-            "finish_s": [None] * num_samples,
-        }
-    )
 
 
 def _trace_name(trace: Trace) -> str:

@@ -125,22 +125,9 @@ def test_bad_inputs_raise_value_error():
 
 
 def _scenario(num_steps: int, workload: str = "regime_switch"):
-    from dynaresize.twin.config import ScenarioConfig
+    from twin_scenarios import preset_scenario
 
-    return ScenarioConfig.model_validate(
-        {
-            "cluster": {
-                "gpus_per_node": 8,
-                "intra_node_bandwidth_gbps": 400,
-                "gpu_memory_gb": 96,
-                "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
-                "initial_allocation": "6:2",
-            },
-            "model": {"num_params_b": 8},
-            "workload": {"preset": workload, "samples_per_step": 64},
-            "simulation": {"num_steps": num_steps},
-        }
-    )
+    return preset_scenario(workload, samples_per_step=64, num_steps=num_steps)
 
 
 def test_no_simulated_policy_beats_the_bound_and_following_it_reaches_it():

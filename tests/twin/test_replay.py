@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from analysis_traces import lognormal_workload, trace_from_costs
+from twin_scenarios import preset_scenario
 from typer.testing import CliRunner
 
 from dynaresize.cli import app
@@ -28,20 +29,7 @@ from dynaresize.twin.trace_source import workload_samples
 
 
 def _scenario(num_steps: int) -> ScenarioConfig:
-    return ScenarioConfig.model_validate(
-        {
-            "cluster": {
-                "gpus_per_node": 8,
-                "intra_node_bandwidth_gbps": 400,
-                "gpu_memory_gb": 96,
-                "candidate_allocations": ["6:2", "5:3", "4:4", "3:5"],
-                "initial_allocation": "6:2",
-            },
-            "model": {"num_params_b": 8},
-            "workload": {"preset": "growing_lengths", "samples_per_step": 64},
-            "simulation": {"num_steps": num_steps},
-        }
-    )
+    return preset_scenario("growing_lengths", samples_per_step=64, num_steps=num_steps)
 
 
 def _twin_trace(config: ScenarioConfig, schedule: list[dict]) -> Trace:

@@ -83,3 +83,17 @@ def test_env_var_selects_numpy_fallback(monkeypatch):
     numpy_result = rollout_stage_s_many(w, num_replicas=4, params=p)
     monkeypatch.delenv(rollout_kernels.NO_NUMBA_ENV)
     assert rollout_stage_s_many(w, num_replicas=4, params=p).tolist() == numpy_result.tolist()
+
+
+def test_numba_only_where_it_repays_its_load(monkeypatch):
+    monkeypatch.delenv(rollout_kernels.NO_NUMBA_ENV, raising=False)
+    monkeypatch.setattr(rollout_kernels, "_loaded_kernel", None)
+    small = rollout_kernels.NUMBA_MIN_SAMPLES - 1
+    assert rollout_kernels.default_backend(small) is KernelBackend.NUMPY
+    assert rollout_kernels.default_backend(small + 1) is KernelBackend.NUMBA
+    assert rollout_kernels.default_backend() is KernelBackend.NUMBA  # size unknown
+    # once the kernel is loaded in the process, small calls use it too
+    rollout_kernels._numba_kernel()
+    assert rollout_kernels.default_backend(10) is KernelBackend.NUMBA
+    monkeypatch.setenv(rollout_kernels.NO_NUMBA_ENV, "1")
+    assert rollout_kernels.default_backend(small + 1) is KernelBackend.NUMPY

@@ -227,29 +227,31 @@ def test_random_sweep_is_deterministic(config):
 
 def test_resumed_sweep_runs_only_what_is_new(config, tmp_path, monkeypatch, grid_table):
     calls = []
-    original = sweep_module.evaluate_run
+    original = sweep_module.evaluate_group
 
-    def counting(task):
-        calls.append(task.key)
-        if len(calls) == 3 and not hasattr(counting, "interrupted"):
+    def counting(group):
+        if len(calls) == 1 and not hasattr(counting, "interrupted"):
             counting.interrupted = True
-            raise KeyboardInterrupt  # stopped part way through
-        return original(task)
+            raise KeyboardInterrupt  # stopped after the first group
+        calls.append([run.key for run in group.runs])
+        return original(group)
 
-    monkeypatch.setattr(sweep_module, "evaluate_run", counting)
+    monkeypatch.setattr(sweep_module, "evaluate_group", counting)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(config, params=GRID, seeds=2, out=tmp_path, jobs=1, progress=False)
     assert not (tmp_path / "results.parquet").exists()
+    finished = len(calls[0])
+    assert finished == 6  # one seed's group: 4 grid points, static and greedy
     calls.clear()
     table = run_sweep(config, params=GRID, seeds=2, out=tmp_path, jobs=1, progress=False)
-    assert len(calls) == len(table) - 2  # the two runs finished before the stop are kept
+    assert sum(map(len, calls)) == len(table) - finished  # the finished group is kept
     pd.testing.assert_frame_equal(table, grid_table)
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "results.parquet"), grid_table)
 
     calls.clear()
     wider = ["policy.cooldown_steps=2,8,16", "policy.up_threshold=0.05,0.3"]
     bigger = run_sweep(config, params=wider, seeds=2, out=tmp_path, jobs=1, progress=False)
-    assert len(bigger) == 16 and len(calls) == 4  # only cooldown 16 is new
+    assert len(bigger) == 16 and sum(map(len, calls)) == 4  # only cooldown 16 is new
 
 
 def _ray_pool_address(request) -> str:

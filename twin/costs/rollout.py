@@ -243,8 +243,8 @@ def rollout_stage_s_many(
     """Rollout stage seconds of every step of a workload (float64, one entry per step).
 
     Equal, bit for bit, to calling `rollout_stage_s` on each step, and much faster: call it once
-    per candidate for a whole run rather than once per step. `backend` None picks numba when
-    available (see `rollout_kernels.default_backend`).
+    per candidate for a whole run rather than once per step. `backend` None picks numba for large
+    workloads and numpy for small ones (see `rollout_kernels.default_backend`).
     """
 
     counts = replica_counts(

@@ -9,14 +9,20 @@ identical results:
 - `numba`: one compiled pass over all chunks; `T` by a binary min-heap of slot free times
   (O(n log C) per chunk). Compiled on first use and cached on disk (`cache=True`).
 - `numpy`: the chunks as rows of a zero-padded matrix; `T` by assigning column j to each row's
-  least-loaded slot, all rows at once. Used when DYNARESIZE_NO_NUMBA=1 (numba is a dependency:
-  short-lived processes, such as a sweep's workers, may skip its compilation).
+  least-loaded slot, all rows at once.
+
+numba takes about a second to load in a fresh process, and is two to three times as fast as
+numpy per sample, so it pays only on large workloads: the default picks numba for a call of at
+least `NUMBA_MIN_SAMPLES` samples or once the kernel is loaded in this process, numpy otherwise
+(a small run, the example on the command line, starts without loading numba at all).
+DYNARESIZE_NO_NUMBA=1 asks for numpy whatever the size.
 """
 
 from __future__ import annotations
 
 import heapq
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,11 +45,21 @@ class ReplicaCounts:
     active_seq_iterations: np.ndarray
 
 
-def default_backend() -> KernelBackend:
-    """numba unless DYNARESIZE_NO_NUMBA=1 asks otherwise."""
+NUMBA_MIN_SAMPLES = 250_000
+"""Samples in one call from which numba is used: there numpy takes about 0.05 s a call (four
+calls a context on four candidates), so a context or two repay numba's load."""
+_loaded_kernel: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+"""The numba kernel once this process has loaded it."""
+
+
+def default_backend(num_samples: int | None = None) -> KernelBackend:
+    """numpy where DYNARESIZE_NO_NUMBA=1 asks for it; otherwise numba for a call of unknown
+    size, of at least NUMBA_MIN_SAMPLES samples, or once the kernel is loaded; numpy below."""
     if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
         return KernelBackend.NUMPY
-    return KernelBackend.NUMBA
+    if num_samples is None or num_samples >= NUMBA_MIN_SAMPLES or _loaded_kernel is not None:
+        return KernelBackend.NUMBA
+    return KernelBackend.NUMPY
 
 
 def chunk_bounds(step_offsets: np.ndarray, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,7 +90,7 @@ def replica_counts(
     prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     response = np.ascontiguousarray(response_tokens, dtype=np.int64)
     starts, sizes = chunk_bounds(step_offsets, num_replicas)
-    backend = backend or default_backend()
+    backend = backend or default_backend(len(response))
     if backend is KernelBackend.NUMBA:
         kernel = _numba_kernel()
         limited = max_concurrent_seqs is not None
@@ -154,8 +170,11 @@ def fifo_start_iterations(
     return starts
 
 
-def _numba_kernel():
+def _numba_kernel() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The compiled kernel. Imported on first use: numba is slow to load."""
-    from . import rollout_numba
+    global _loaded_kernel
+    if _loaded_kernel is None:
+        from . import rollout_numba
 
-    return rollout_numba.counts
+        _loaded_kernel = rollout_numba.counts
+    return _loaded_kernel

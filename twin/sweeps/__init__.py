@@ -3,9 +3,13 @@
 - `space` parses swept parameters (dotted paths, value lists or ranges) and applies a point of
   the space to a scenario;
 - `plan` expands the space into runs (grid or random sample, times workloads or traces, times
-  seeds), each keyed by what determines it;
-- `sweep` runs them on local processes or a Ray cluster and assembles the table (`run_sweep`);
-- `tasks` is the work one run or one shared baseline does in whichever process it lands on;
+  seeds), each keyed by what determines it, and hands them out in groups that share a context;
+- `sweep` runs the groups on local processes or a Ray cluster and assembles the table
+  (`run_sweep`);
+- `tasks` is the work one group does in whichever process it lands on: one context built, its
+  baseline, and its runs;
+- `lockstep` advances a group's runs of one policy kind together, as arrays over the runs, and
+  `vector_policies` holds the kinds' vectorised decisions (other kinds run one by one);
 - `store` keeps finished runs on disk, so an interrupted or extended sweep redoes none of them.
 
 What it may import: the twin's core, `dynaresize.policies`, `dynaresize.traces` and

@@ -4,10 +4,11 @@ The space (grid or random points, `space.py`) times workload sources (presets or
 seeds times every configured policy that has the swept knobs gives the runs. A configured policy
 that lacks a swept `policy.FIELD` is not left out: it runs at its own settings, once per value
 of the config-field parameters, as a reference row, and the plan's notes say so. Each run's key
-hashes the sweep format, the code (`code_fingerprint`), the trace's content, the seed and the
-resolved config; its static baselines and offline optimum form a separate task keyed without
-the policy, shared by every run of the same workload, seed and policy-independent settings.
-Every point is validated while planning, before anything runs.
+hashes the sweep format, the code (`code_fingerprint`), the trace's content, the seed, the
+resolved config and the policy; its static baselines and offline optimum are keyed without the
+policy, and that key is also the run's context: every run of the same workload, seed and
+policy-independent settings shares them, and the plan hands such runs out in groups
+(`SweepPlan.groups`). Every point is validated while planning, before anything runs.
 
 Every value a row reports is one its run used. A trace's workload is the one it recorded, so on a
 trace a swept `simulation.num_steps` replays the trace's first N steps (more than it holds is
@@ -21,8 +22,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +46,15 @@ from .space import (
     random_points,
     split_point,
 )
-from .tasks import BaselineTask, RunTask, trace_num_steps
+from .tasks import BaselineTask, GroupTask, RunTask, trace_num_steps
 
 SWEEP_FORMAT_VERSION = 1
 """Part of every key: bump it when what a run computes changes, and old caches stop matching."""
+GROUPS_PER_WORKER = 2
+"""Groups per worker over the whole sweep: enough to balance, few enough that each worker
+builds few contexts and advances many runs of one together."""
+MIN_GROUP_RUNS = 32
+"""A context's runs are not split into groups smaller than this."""
 
 SEED_PATH = "simulation.seed"
 STEPS_PATH = "simulation.num_steps"
@@ -90,6 +97,40 @@ class SweepPlan:
         for run in self.runs:
             unique.setdefault(run.baseline.key, run.baseline)
         return list(unique.values())
+
+    def groups(
+        self, *, runs_done: Container[str], baselines_done: Container[str], num_workers: int
+    ) -> list[GroupTask]:
+        """The work still to do, as tasks of runs that share a context (and its baseline).
+
+        A context's runs are split into about `GROUPS_PER_WORKER * num_workers` groups over all
+        contexts, none smaller than `MIN_GROUP_RUNS` where it has more runs, so that every worker
+        has work; a worker keeps its last few contexts, and the groups of one context come one
+        after the other, so it rarely builds one twice. The first group of a context carries
+        its baseline when that is still to do. A run planned twice (a random sample
+        drawing one point again) is done once.
+        """
+        pending: dict[str, dict[str, RunTask]] = {}
+        contexts: dict[str, BaselineTask] = {}
+        for planned in self.runs:
+            key = planned.baseline.key
+            contexts.setdefault(key, planned.baseline)
+            todo = pending.setdefault(key, {})
+            if planned.run.key not in runs_done:
+                todo.setdefault(planned.run.key, planned.run)
+        per_context = max(1, math.ceil(GROUPS_PER_WORKER * num_workers / max(1, len(contexts))))
+        tasks: list[GroupTask] = []
+        for key, context in contexts.items():
+            runs = list(pending[key].values())
+            with_baseline = key not in baselines_done
+            if not runs and not with_baseline:
+                continue
+            num_groups = max(1, min(per_context, len(runs) // MIN_GROUP_RUNS))
+            size = max(1, math.ceil(len(runs) / num_groups))
+            for first in range(0, max(1, len(runs)), size):
+                tasks.append(GroupTask(context, tuple(runs[first : first + size]), with_baseline))
+                with_baseline = False
+        return tasks
 
 
 @functools.lru_cache(maxsize=1)
@@ -233,9 +274,7 @@ def plan_sweep(
                     for u in unswept:
                         policy = resolved.policies[u.index]
                         plan.runs.append(
-                            _planned(
-                                identity, resolved, policy, u.index, config_part, source, baseline
-                            )
+                            _planned(identity, policy, u.index, config_part, source, baseline)
                         )
                 resolved, baseline = resolved_by_config_part[marker]
                 for policy_index in policy_indices:
@@ -243,7 +282,7 @@ def plan_sweep(
                         resolved.policies[policy_index], policy_part, point=point
                     )
                     plan.runs.append(
-                        _planned(identity, resolved, policy, policy_index, point, source, baseline)
+                        _planned(identity, policy, policy_index, point, source, baseline)
                     )
     return plan
 
@@ -289,28 +328,20 @@ def _check_trace_long_enough(
 
 def _planned(
     identity: str,
-    resolved: ScenarioConfig,
     policy: Any,
     policy_index: int,
     point: dict[str, Scalar],
     source: WorkloadSource,
     baseline: BaselineTask,
 ) -> PlannedRun:
-    """One run: `policy` alone on the resolved config, keyed by what determines it."""
-    run_json = resolved.model_copy(update={"policies": [policy]}).model_dump_json()
+    """One run: `policy` alone on its baseline's resolved config, keyed by what determines it."""
+    policy_json = policy.model_dump_json()
     return PlannedRun(
         point=dict(point),
         policy_index=policy_index,
         policy_kind=str(getattr(policy.kind, "value", policy.kind)),
         source=source,
         seed=baseline.seed,
-        run=RunTask(
-            _digest(identity, "run", run_json),
-            baseline.key,
-            run_json,
-            baseline.trace_path,
-            baseline.seed,
-            baseline.trace_digest,
-        ),
+        run=RunTask(_digest(identity, "run", baseline.config_json, policy_json), policy_json),
         baseline=baseline,
     )

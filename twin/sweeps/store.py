@@ -41,7 +41,7 @@ class ResultCache:
                 rows[str(row[KEY_COLUMN])] = row
         return rows
 
-    def __contains__(self, key: str) -> bool:
+    def __contains__(self, key: object) -> bool:
         return key in self.rows
 
     def get(self, key: str) -> dict:

@@ -12,12 +12,15 @@ The space is a grid (or `random=N` samples) over dotted-path parameters (`twin.s
 times workloads (presets) or traces, times seeds, times every configured policy that has the
 swept knobs; a policy that lacks one runs at its own settings as a reference row, and the
 table's `attrs["notes"]` say so.
-Each run is a task keyed by a hash of its resolved config, workload and seed; its
-static baselines and offline optimum form a separate task keyed without the policy, so they are
-computed once per workload and seed and shared. Tasks run in local processes on all cores
-(`concurrent.futures`), or on a Ray cluster when `ray_address` is given (Ray's multiprocessing
-pool); both hand back results in submission order, so the table is the same either way. Finished
-runs are cached under `out/cache/`, so a repeated or extended sweep only runs what is new.
+Each run is keyed by a hash of its resolved config, workload and seed; its static baselines
+and offline optimum are keyed without the policy, so they are computed once per workload and seed
+and shared. Runs that share that key share one context (workload, stage times, resize plans),
+so the plan sends them to processes in groups (`SweepPlan.groups`), not one by one: a worker
+builds the context once and advances the group's runs of one policy kind together where it can
+(`tasks`). Groups run in local processes on all cores (`concurrent.futures`), or on a Ray
+cluster when `ray_address` is given (Ray's multiprocessing pool); both hand back results in
+submission order, so the table is the same either way. Finished runs are cached under
+`out/cache/`, so a repeated or extended sweep only runs what is new.
 """
 
 from __future__ import annotations
@@ -50,10 +53,12 @@ from .plan import SWEEP_FORMAT_VERSION, SweepPlan, plan_sweep
 from .ray_probe import require_ray_cluster
 from .space import SweepParam
 from .store import CACHE_DIRNAME, ResultCache
-from .tasks import evaluate_baseline, evaluate_run
+from .tasks import GroupTask, evaluate_baseline, evaluate_group
 
 RESULTS_FILENAME = "results.parquet"
 SPEC_FILENAME = "sweep.json"
+Mapper = Callable[[Callable, list], Iterable]
+"""An ordered map of a function over tasks, in this process or in workers."""
 TASKS_PER_WORKER_CHUNK = 8
 """Chunks per worker: large enough to amortise dispatch, small enough to balance the load."""
 
@@ -76,8 +81,9 @@ def _set_environment(env: dict[str, str]) -> None:
 @contextlib.contextmanager
 def _ray_mapper(
     *, jobs: int | None, ray_address: str, worker_env: dict[str, str]
-) -> Iterator[Callable[[Callable, list], Iterable]]:
-    """Ray's multiprocessing pool: one actor per worker on the cluster, ordered `imap`."""
+) -> Iterator[tuple[Mapper, int]]:
+    """Ray's multiprocessing pool: one actor per worker on the cluster, ordered `imap`; and
+    the number of workers."""
     import ray
     from ray.util.multiprocessing import Pool
 
@@ -87,22 +93,24 @@ def _ray_mapper(
     pool = Pool(processes=jobs, ray_remote_args=remote_args)
     num_workers = max(1, int(getattr(pool, "_processes", jobs or 1)))
     try:
-        yield lambda fn, tasks: pool.imap(fn, tasks, chunksize=_chunksize(len(tasks), num_workers))
+        yield (
+            lambda fn, tasks: pool.imap(fn, tasks, chunksize=_chunksize(len(tasks), num_workers)),
+            num_workers,
+        )
     finally:
         pool.terminate()
 
 
 @contextlib.contextmanager
-def _local_mapper(
-    *, jobs: int, worker_env: dict[str, str]
-) -> Iterator[Callable[[Callable, list], Iterable]]:
+def _local_mapper(*, jobs: int, worker_env: dict[str, str]) -> Iterator[tuple[Mapper, int]]:
     """Processes on this machine (forked where the platform allows: they inherit the compiled
-    kernels and imports of this one), ordered `map`; jobs=1 runs in this process."""
+    kernels and imports of this one), ordered `map`, and their number; jobs=1 runs in this
+    process."""
     if jobs == 1:
         saved = {k: os.environ.get(k) for k in worker_env}
         _set_environment(worker_env)
         try:
-            yield map
+            yield map, 1
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -115,27 +123,35 @@ def _local_mapper(
     with ProcessPoolExecutor(
         max_workers=jobs, mp_context=context, initializer=_set_environment, initargs=(worker_env,)
     ) as executor:
-        yield lambda fn, tasks: executor.map(fn, tasks, chunksize=_chunksize(len(tasks), jobs))
+        yield (
+            lambda fn, tasks: executor.map(fn, tasks, chunksize=_chunksize(len(tasks), jobs)),
+            jobs,
+        )
 
 
 def _execute(
-    fn: Callable[[Any], dict],
-    tasks: list,
-    cache: ResultCache,
+    groups: list[GroupTask],
+    caches: tuple[ResultCache, ResultCache],
     *,
-    mapper: Callable[[Callable, list], Iterable],
+    mapper: Mapper,
     progress: bool,
-    desc: str,
 ) -> None:
-    todo = [t for t in tasks if t.key not in cache]
-    if not todo:
+    """Every group, its rows kept as each group finishes (an interrupted sweep keeps them)."""
+    if not groups:
         return
+    baselines, runs = caches
+    total = sum(len(g.runs) for g in groups)
     try:
-        results = mapper(fn, todo)
-        for row in tqdm(results, total=len(todo), desc=desc, disable=not progress, unit="run"):
-            cache.add(row)
+        with tqdm(total=total, desc="runs", disable=not progress, unit="run") as bar:
+            for done in mapper(evaluate_group, groups):
+                if done["baseline"] is not None:
+                    baselines.add(done["baseline"])
+                for row in done["runs"]:
+                    runs.add(row)
+                bar.update(len(done["runs"]))
     finally:
-        cache.flush()
+        baselines.flush()
+        runs.flush()
 
 
 def _warm_up(plan: SweepPlan, baselines: ResultCache) -> None:
@@ -300,23 +316,11 @@ def _run_plan(
         engine = _local_mapper(jobs=jobs or available_cores(), worker_env=env)
     else:
         engine = _ray_mapper(jobs=jobs, ray_address=ray_address, worker_env=env)
-    with engine as mapper:
-        _execute(
-            evaluate_baseline,
-            plan.baselines(),
-            baselines_cache,
-            mapper=mapper,
-            progress=progress,
-            desc="baselines",
+    with engine as (mapper, num_workers):
+        groups = plan.groups(
+            runs_done=runs_cache, baselines_done=baselines_cache, num_workers=num_workers
         )
-        _execute(
-            evaluate_run,
-            [p.run for p in plan.runs],
-            runs_cache,
-            mapper=mapper,
-            progress=progress,
-            desc="runs",
-        )
+        _execute(groups, (baselines_cache, runs_cache), mapper=mapper, progress=progress)
     return _table(plan, runs_cache, baselines_cache)
 
 
