@@ -17,8 +17,9 @@ into it and `load_weights` copies nothing on this side. The buffer holds the wei
 which waits for the device's writes before the engine reads.
 
 `end_on_release` (vLLM's `release: destroy` on CUDA): `release` ends the engine's process (the
-one way all its device memory comes back) and starts a spare that does the imports and waits;
-`rebuild` has the spare build the engine and load the buffer's weights.
+one way all its device memory comes back), frees a device buffer and starts a spare that does
+the imports and waits; `rebuild` has the spare build the engine (from its folder's weights when
+the buffer was on a device: load the current ones after it).
 
 Failures: an exception in the child comes back as one `EngineProcessError` naming the engine,
 the operation and the child's error, with the child's traceback attached; an `EngineInputError`
@@ -37,7 +38,6 @@ import contextlib
 import pickle
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -69,12 +69,13 @@ from .process_buffers import (
     remove_stale_buffers,
     reserve_file,
 )
-from .process_child import ChildFailure, LoadReply, StartReply, spawn
+from .process_child import ChildFailure, LoadReply, StartReply
 from .process_parts import (
     EngineProcessError,
     Launched,
     StartTiming,
     WeightLoadTiming,
+    launch,
     resident_bytes,
     shut_down,
 )
@@ -176,6 +177,7 @@ class EngineProcess:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._process.wait(timeout=60.0)  # its memory is back once it is gone
             self._ended = True
+            self._drop_device_buffer()
             self._spare = self._launch()  # imports while the worker trains
         else:
             self._call("release", None, doing="releasing the engine")
@@ -245,19 +247,7 @@ class EngineProcess:
 
     def _launch(self) -> Launched:
         """A new process that imports what the engine needs and waits for `build`."""
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spawned = time.monotonic()
-        try:
-            process = spawn(child_end.fileno())
-        except BaseException:
-            parent_end.close()
-            raise
-        finally:
-            child_end.close()  # it lives in the child only, so the child's exit closes the pipe
-        conn = Connection(parent_end.detach())
-        self._children.append((process, conn))
-        conn.send_bytes(self._payload)
-        return Launched(process, conn, spawned)
+        return launch(self._payload, self._children)
 
     def _build(self, launched: Launched) -> StartTiming:
         """Make `launched` the engine's process and have it build the engine."""
@@ -274,6 +264,15 @@ class EngineProcess:
             engine_s=reply.engine_s,
             total_s=time.monotonic() - launched.spawned_s,
         )
+
+    def _drop_device_buffer(self) -> None:
+        """A device buffer would keep a copy of the weights on a worker whose engine is gone:
+        free it (the engine built again starts from its folder; the caller loads new weights,
+        as a worker does after every start)."""
+        if self._buffer is not None and self._buffer.device is not None:
+            self._buffer = None
+            self.last_load = None
+            torch.cuda.empty_cache()
 
     def _map_again(self) -> None:
         """A new engine process: map the weight buffer there and load the weights it holds (a

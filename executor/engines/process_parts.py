@@ -4,13 +4,16 @@ started and how they are all ended (`process.py` is the engine process itself)."
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from .process_buffers import remove_path
+from .process_child import spawn
 
 
 class EngineProcessError(RuntimeError):
@@ -87,3 +90,21 @@ def resident_bytes(pid: int | None) -> int | None:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return None
+
+
+def launch(payload: bytes, children: list[tuple[Any, Any]]) -> Launched:
+    """A new engine process (`process_child.spawn`) given the pickled factory: it imports what
+    the engine needs and waits for `build`. Added to `children` before anything can fail."""
+    parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    spawned = time.monotonic()
+    try:
+        process = spawn(child_end.fileno())
+    except BaseException:
+        parent_end.close()
+        raise
+    finally:
+        child_end.close()  # it lives in the child only, so the child's exit closes the pipe
+    conn = Connection(parent_end.detach())
+    children.append((process, conn))
+    conn.send_bytes(payload)
+    return Launched(process, conn, spawned)

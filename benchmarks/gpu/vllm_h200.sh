@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# vLLM on one H200, unattended: the CUDA tests, the engine benchmark, the live runs with vLLM
+# (release: sleep and destroy) and calibrate -> validate on two of them. Run from the repository
+# root after vLLM is installed and `. /tmp/site/env.sh` (PYTHONPATH and vLLM's environment):
+#
+#   bash benchmarks/gpu/vllm_h200.sh [PARTS]      PARTS: comma-separated, default tests,bench
+#       tests   python -m pytest tests/executor/test_vllm_cuda.py                   (~3 min)
+#       bench   benchmarks/bench_vllm_h200.py --shape 1.5b, then --shape 0.5b       (~4 min each)
+#       live    benchmarks/bench_live.py --engine vllm, release sleep then destroy  (~2-3 min each)
+#       loop    a third live run (sleep, another schedule), then dynaresize calibrate on the
+#               sleep run and validate on the third                                 (~3 min)
+#
+# One call must stay under the machine's 10 minutes a command: run `tests,bench` in one call,
+# `live` in a second and `loop` in a third (or `live,loop` where the runs are short enough). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
+# default 540 s): a step gets what is left, a failed or timed-out step is logged and the next
+# one runs. Everything lands in $OUT (at most 8 files):
+#   steps.log            each step: command, exit status, seconds
+#   tests.log            pytest's report                 bench.log   the benchmark's output
+#   vllm_h200.json, .md  the engine figures per shape
+#   live.json, live.md   the live runs' summaries         loop.txt    live logs, calibrate, validate
+set -uo pipefail
+PARTS=${1:-tests,bench}
+OUT=${OUT:-$(mktemp -d)}
+PY=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-540}
+START=$(date +%s)
+SCRATCH=$(mktemp -d /tmp/vllm_h200.XXXXXX)
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1
+
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+
+# step NAME LIMIT_S LOG COMMAND...: run COMMAND under `timeout` (LIMIT_S or what is left),
+# appending its output to LOG; never stops the script.
+step() {
+    local name=$1 limit=$2 log=$3; shift 3
+    local rest; rest=$(left)
+    if (( rest < 30 )); then
+        echo "SKIP $name: ${rest} s of the budget left" | tee -a "$OUT/steps.log"; return 0
+    fi
+    (( limit > rest )) && limit=$rest
+    local begin; begin=$(date +%s)
+    echo "== $name: $* (limit ${limit} s)" | tee -a "$OUT/steps.log" >> "$log"
+    timeout -k 20 "$limit" "$@" >> "$log" 2>&1
+    local rc=$?
+    echo "   $name: exit $rc after $(( $(date +%s) - begin )) s" | tee -a "$OUT/steps.log"
+    return 0
+}
+
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv >> "$OUT/steps.log" 2>&1
+$PY -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
+    >> "$OUT/steps.log" 2>&1
+
+if has tests; then
+    step tests 240 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+        tests/executor/test_vllm_cuda.py
+fi
+
+if has bench; then
+    for shape in 1.5b 0.5b; do
+        step "bench_$shape" 280 "$OUT/bench.log" $PY benchmarks/bench_vllm_h200.py \
+            --shape "$shape" --out "$OUT/vllm_h200.json"
+    done
+fi
+
+live() {  # NAME RELEASE [more bench_live arguments]
+    local name=$1 release=$2; shift 2
+    step "live_$name" 240 "$OUT/loop.txt" $PY benchmarks/bench_live.py --device cuda \
+        --engine vllm --release "$release" --tag "$name" --out-dir "$SCRATCH/results" \
+        --run-dir "$SCRATCH/run_$name" "$@"
+}
+
+if has live; then
+    live vllm_sleep sleep
+    live vllm_destroy destroy
+fi
+
+if has loop; then
+    [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep
+    live vllm_sleep_other sleep --schedule "1@1:3;3@3:1"
+    step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
+        --trace "$SCRATCH/run_vllm_sleep/trace" --out "$SCRATCH/costs.yaml"
+    step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \
+        --trace "$SCRATCH/run_vllm_sleep_other/trace" --costs "$SCRATCH/costs.yaml" \
+        --out "$SCRATCH/validate"
+    { echo "== costs.yaml"; cat "$SCRATCH/costs.yaml"; echo "== validate"
+      find "$SCRATCH/validate" -maxdepth 1 -type f \( -name '*.md' -o -name '*.txt' -o -name '*.json' \) \
+          -exec sh -c 'echo "-- $1"; head -c 20000 "$1"' _ {} \; ; } >> "$OUT/loop.txt" 2>&1
+fi
+
+# the live summaries, merged into two files
+if compgen -G "$SCRATCH/results/live_*.json" > /dev/null; then
+    $PY - "$SCRATCH/results" "$OUT" <<'PY'
+import json, pathlib, sys
+src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+runs = {p.stem.removeprefix("live_"): json.loads(p.read_text()) for p in sorted(src.glob("live_*.json"))}
+(out / "live.json").write_text(json.dumps(runs, indent=2))
+(out / "live.md").write_text("\n\n".join(p.read_text() for p in sorted(src.glob("live_*.md"))))
+PY
+fi
+rm -rf "$SCRATCH"
+echo "done in $(( $(date +%s) - START )) s" | tee -a "$OUT/steps.log"
