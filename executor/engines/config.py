@@ -184,6 +184,22 @@ class RolloutEngineConfig(BaseModel):
             return self.kind is EngineKind.VLLM
         return self.separate_process
 
+    def semantics_note(self, device: str) -> str | None:
+        """For the trace notes: what a run with resizes keeps of the samples one without would
+        generate, where that differs from the CPU's answer (vLLM on CUDA)."""
+        if self.kind is not EngineKind.VLLM or device != "cuda":
+            return None
+        if self.vllm.batch_invariant:
+            return (
+                "vLLM batch-invariant kernels: a sample's tokens do not depend on the batch it "
+                "runs in, so resizes leave the samples token-identical"
+            )
+        return (
+            "vLLM on CUDA without batch-invariant kernels: a sample's tokens depend on the batch "
+            "it runs in, so a run with resizes keeps the prompts, sample keys, weight digests and "
+            "the trainer's own logprobs of a run without, not token-identical samples"
+        )
+
     def check_device(self, device: str) -> None:
         """`release: sleep` needs CUDA (vLLM's CPU backend ignores sleep); call with the run's
         device kind when both are known."""
