@@ -5,13 +5,16 @@
 #
 #   bash benchmarks/gpu/vllm_h200.sh [PARTS]      PARTS: comma-separated, default tests,bench
 #       tests   python -m pytest tests/executor/test_vllm_cuda.py                   (~3 min)
+#       semantics  python -m pytest tests/executor/test_live_vllm_cuda.py: two live runs with
+#               batch-invariant vLLM, with and without resizes, same samples      (~4 min)
 #       bench   benchmarks/bench_vllm_h200.py --shape 1.5b, then --shape 0.5b       (~4 min each)
 #       live    benchmarks/bench_live.py --engine vllm, release sleep then destroy  (~2-3 min each)
 #       loop    a third live run (sleep, another schedule), then dynaresize calibrate on the
 #               sleep run and validate on the third                                 (~3 min)
 #
 # One call must stay under the machine's 10 minutes a command: run `tests,bench` in one call,
-# `live` in a second and `loop` in a third (or `live,loop` where the runs are short enough). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
+# `live` in a second, `loop` in a third and `semantics` in a fourth (or more parts in one call
+# where they are short enough). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
 # default 540 s): a step gets what is left, a failed or timed-out step is logged and the next
 # one runs. Everything lands in $OUT (at most 8 files):
 #   steps.log            each step: command, exit status, seconds
@@ -59,6 +62,11 @@ if has tests; then
         tests/executor/test_vllm_cuda.py
 fi
 
+if has semantics; then
+    step semantics 420 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+        tests/executor/test_live_vllm_cuda.py
+fi
+
 if has bench; then
     for shape in 1.5b 0.5b; do
         step "bench_$shape" 280 "$OUT/bench.log" $PY benchmarks/bench_vllm_h200.py \
@@ -85,7 +93,7 @@ if has loop; then
         --trace "$SCRATCH/run_vllm_sleep/trace" --out "$SCRATCH/costs.yaml"
     step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \
         --trace "$SCRATCH/run_vllm_sleep_other/trace" --costs "$SCRATCH/costs.yaml" \
-        --out "$SCRATCH/validate"
+        --out "$SCRATCH/validate" --gpu-memory-gb 141
     { echo "== costs.yaml"; cat "$SCRATCH/costs.yaml"; echo "== validate"
       find "$SCRATCH/validate" -maxdepth 1 -type f \( -name '*.md' -o -name '*.txt' -o -name '*.json' \) \
           -exec sh -c 'echo "-- $1"; head -c 20000 "$1"' _ {} \; ; } >> "$OUT/loop.txt" 2>&1
