@@ -9,7 +9,7 @@ weights from this process's device buffer by CUDA IPC. Measured, for `--shape`:
   new tokens each);
 - `load_weights_s` (median of 5 loads of the whole model from a device buffer, engine side
   included) and `weights_gib`;
-- `sleep_release_s` and `wake_s` (level 2; the wake's weight load counted apart as a load);
+- `sleep_release_s` and `wake_s` (level 2: the wake includes loading the last weights again);
 - `destroy_rebuild_cycles`: release (destroy: the engine process ends) and rebuild (a spare
   process with its imports done builds the engine), `--cycles` times, each checked to generate
   the same tokens; `device_free_gib_before_start` and `device_free_gib_after_destroy` (the
