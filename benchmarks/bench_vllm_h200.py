@@ -21,7 +21,8 @@ weights from this process's device buffer by CUDA IPC. Measured, for `--shape`:
     python benchmarks/bench_vllm_h200.py --shape 1.5b
 
 Each call updates its shape's entry of benchmarks/results/vllm_h200.json (or --out) and rewrites
-vllm_h200.md from the whole file.
+vllm_h200.md from the whole file; `--merge FILE...` adds the entries of result files written
+elsewhere instead of measuring.
 """
 
 from __future__ import annotations
@@ -245,7 +246,10 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    parser.add_argument("--shape", choices=sorted(SHAPES))
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="Merge these result files into --out; no run."
+    )
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--prompt-tokens", type=int, default=64)
@@ -254,11 +258,14 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "vllm_h200.json")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench_vllm_h200 needs CUDA")
-    result = measure(args)
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    results[args.shape] = result
+    if args.merge:
+        for path in args.merge:
+            results.update(json.loads(path.read_text()))
+    else:
+        if args.shape is None or not torch.cuda.is_available():
+            raise SystemExit("bench_vllm_h200 needs --shape and CUDA (or --merge)")
+        results[args.shape] = measure(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     text = markdown(results)

@@ -7,14 +7,18 @@
 #       tests   python -m pytest tests/executor/test_vllm_cuda.py                   (~3 min)
 #       semantics  python -m pytest tests/executor/test_live_vllm_cuda.py: two live runs with
 #               batch-invariant vLLM, with and without resizes, same samples      (~4 min)
-#       bench   benchmarks/bench_vllm_h200.py --shape 1.5b, then --shape 0.5b       (~4 min each)
+#       bench   benchmarks/bench_vllm_h200.py --shape 1.5b, then --shape 0.5b       (~4 min each;
+#               bench-1.5b or bench-0.5b for one shape)
 #       live    benchmarks/bench_live.py --engine vllm, release sleep then destroy  (~2-3 min each)
 #       loop    a third live run (sleep, another schedule), then dynaresize calibrate on the
 #               sleep run and validate on the third                                 (~3 min)
 #
-# One call must stay under the machine's 10 minutes a command: run `tests,bench` in one call,
-# `live` in a second, `loop` in a third and `semantics` in a fourth (or more parts in one call
-# where they are short enough). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
+# One call must stay under the machine's 10 minutes a command, so split the parts over calls:
+#   1. tests,bench-1.5b     2. bench-0.5b,semantics     3. live     4. loop
+# (a part that does not fit in what is left of BUDGET_S is skipped and logged as such). The
+# two shapes' JSON files of two calls merge with
+#   python benchmarks/bench_vllm_h200.py --merge A/vllm_h200.json B/vllm_h200.json
+# (into benchmarks/results/vllm_h200.json and .md). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
 # default 540 s): a step gets what is left, a failed or timed-out step is logged and the next
 # one runs. Everything lands in $OUT (at most 8 files):
 #   steps.log            each step: command, exit status, seconds
@@ -22,7 +26,7 @@
 #   vllm_h200.json, .md  the engine figures per shape
 #   live.json, live.md   the live runs' summaries         loop.txt    live logs, calibrate, validate
 set -uo pipefail
-PARTS=${1:-tests,bench}
+PARTS=${1:-tests,bench-1.5b}
 OUT=${OUT:-$(mktemp -d)}
 PY=${PYTHON:-python3}
 BUDGET_S=${BUDGET_S:-540}
@@ -67,12 +71,12 @@ if has semantics; then
         tests/executor/test_live_vllm_cuda.py
 fi
 
-if has bench; then
-    for shape in 1.5b 0.5b; do
+for shape in 1.5b 0.5b; do
+    if has bench || has "bench-$shape"; then
         step "bench_$shape" 280 "$OUT/bench.log" $PY benchmarks/bench_vllm_h200.py \
             --shape "$shape" --out "$OUT/vllm_h200.json"
-    done
-fi
+    fi
+done
 
 live() {  # NAME RELEASE [more bench_live arguments]
     local name=$1 release=$2; shift 2
