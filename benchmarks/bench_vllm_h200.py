@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import tempfile
 import time
@@ -105,7 +106,9 @@ def vllm_process(
     )
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, save) -> dict[str, Any]:
+    """Every figure of one shape; `save(result)` after each part, so that a run stopped by a
+    time limit keeps what it measured."""
     config = {**preset_architecture(SHAPES[args.shape]), "vocab_size": QWEN2_VOCAB_SIZE}
     model = build_model(ModelSpec(config=config, dtype="bfloat16"), device="cuda")
     flat = flatten_parameters(model).detach().clone()
@@ -139,6 +142,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             result.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"
         result.setdefault("part_wall_s", {})[name] = time.perf_counter() - begin
         print(f"[{args.shape}] {name}: {time.perf_counter() - begin:.1f} s", flush=True)
+        save(result)
 
     def local() -> None:
         for kind in (EngineKind.OWN, EngineKind.HF):
@@ -193,10 +197,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 process, requests, params
             )
 
-    step("own_and_hf", local)
-    step("vllm_sleep", sleeping)
-    step("vllm_destroy", destroyed)
-    step("vllm_batch_invariant", invariant)
+    try:
+        step("own_and_hf", local)
+        step("vllm_sleep", sleeping)
+        step("vllm_destroy", destroyed)
+        step("vllm_batch_invariant", invariant)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return result
 
 
@@ -265,12 +272,18 @@ def main() -> None:
     else:
         if args.shape is None or not torch.cuda.is_available():
             raise SystemExit("bench_vllm_h200 needs --shape and CUDA (or --merge)")
-        results[args.shape] = measure(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+        measure(args, lambda result: write(args.out, {**results, args.shape: result}))
+        results = json.loads(args.out.read_text())
+    print(write(args.out, results))
+
+
+def write(out: Path, results: dict[str, dict[str, Any]]) -> str:
+    """The JSON and its markdown table; returns the table."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
     text = markdown(results)
-    args.out.with_suffix(".md").write_text(text)
-    print(text)
+    out.with_suffix(".md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":
