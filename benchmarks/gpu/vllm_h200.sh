@@ -3,26 +3,27 @@
 # (release: sleep and destroy) and calibrate -> validate on two of them. Run from the repository
 # root after vLLM is installed and `. /tmp/site/env.sh` (PYTHONPATH and vLLM's environment):
 #
-#   bash benchmarks/gpu/vllm_h200.sh [PARTS]      PARTS: comma-separated, default tests,bench
-#       tests   python -m pytest tests/executor/test_vllm_cuda.py                   (~3 min)
-#       semantics  python -m pytest tests/executor/test_live_vllm_cuda.py: two live runs with
-#               batch-invariant vLLM, with and without resizes, same samples      (~4 min)
-#       bench   benchmarks/bench_vllm_h200.py --shape 1.5b, then --shape 0.5b       (~4 min each;
-#               bench-1.5b or bench-0.5b for one shape)
-#       live    benchmarks/bench_live.py --engine vllm, release sleep then destroy  (~2-3 min each)
-#       loop    a third live run (sleep, another schedule), then dynaresize calibrate on the
-#               sleep run and validate on the third                                 (~3 min)
+#   bash benchmarks/gpu/vllm_h200.sh [PARTS]   PARTS: comma-separated, default tests,bench-1.5b
+#     tests       pytest tests/executor/test_vllm_cuda.py (3 engine processes)         ~3 min
+#     bench-1.5b  benchmarks/bench_vllm_h200.py --shape 1.5b                           ~4 min
+#     bench-0.5b  the same, 0.5b shape (bench: both)                                   ~4 min
+#     live-sleep  benchmarks/bench_live.py --device cuda --engine vllm --release sleep ~3 min
+#     live-destroy  the same with --release destroy (live: both)                      ~3 min
+#     loop        a second sleep run with another schedule, then `dynaresize calibrate` on
+#                 the live-sleep run and `validate` on the second (needs live-sleep in the
+#                 same call)                                                            ~4 min
+#     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
 #
 # One call must stay under the machine's 10 minutes a command, so split the parts over calls:
-#   1. tests,bench-1.5b     2. bench-0.5b,semantics     3. live     4. loop
-# (a part that does not fit in what is left of BUDGET_S is skipped and logged as such). The
-# two shapes' JSON files of two calls merge with
+#   1. tests,bench-1.5b   2. live-sleep,loop   3. live-destroy,bench-0.5b   4. semantics
+# Every step runs under `timeout` (its own limit, or what is left of the call's BUDGET_S,
+# default 540 s); a step that fails or runs out is logged and the next one runs; a part that
+# does not fit in what is left is skipped and logged. The live runs take LIVE_STEPS (4) steps.
+# Two calls' engine figures merge with
 #   python benchmarks/bench_vllm_h200.py --merge A/vllm_h200.json B/vllm_h200.json
-# (into benchmarks/results/vllm_h200.json and .md). Every step has its own `timeout`, the whole call a budget (BUDGET_S,
-# default 540 s): a step gets what is left, a failed or timed-out step is logged and the next
-# one runs. Everything lands in $OUT (at most 8 files):
+# (into benchmarks/results/vllm_h200.json and .md). Everything lands in $OUT (at most 8 files):
 #   steps.log            each step: command, exit status, seconds
-#   tests.log            pytest's report                 bench.log   the benchmark's output
+#   tests.log            pytest's reports                bench.log   the benchmark's output
 #   vllm_h200.json, .md  the engine figures per shape
 #   live.json, live.md   the live runs' summaries         loop.txt    live logs, calibrate, validate
 set -uo pipefail
@@ -80,15 +81,13 @@ done
 
 live() {  # NAME RELEASE [more bench_live arguments]
     local name=$1 release=$2; shift 2
-    step "live_$name" 240 "$OUT/loop.txt" $PY benchmarks/bench_live.py --device cuda \
+    step "live_$name" 300 "$OUT/loop.txt" $PY benchmarks/bench_live.py --device cuda \
         --engine vllm --release "$release" --tag "$name" --out-dir "$SCRATCH/results" \
-        --run-dir "$SCRATCH/run_$name" "$@"
+        --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" "$@"
 }
 
-if has live; then
-    live vllm_sleep sleep
-    live vllm_destroy destroy
-fi
+if has live || has live-sleep; then live vllm_sleep sleep; fi
+if has live || has live-destroy; then live vllm_destroy destroy; fi
 
 if has loop; then
     [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep
