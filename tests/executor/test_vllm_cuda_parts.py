@@ -23,7 +23,12 @@ from dynaresize.executor.cluster.engine_memory import (
 )
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.engines.build import EngineShape, LocalEngineFactory
-from dynaresize.executor.engines.config import EngineKind, EngineRelease, VLLMSettings
+from dynaresize.executor.engines.config import (
+    EngineKind,
+    EngineRelease,
+    RolloutEngineConfig,
+    VLLMSettings,
+)
 from dynaresize.executor.engines.device_share import (
     SharedDeviceTensor,
     can_open,
@@ -193,3 +198,12 @@ def _running(pid: int) -> bool:
             return stat.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_the_trace_notes_say_which_sample_semantics_a_vllm_run_on_cuda_keeps() -> None:
+    plain = RolloutEngineConfig(kind=EngineKind.VLLM)
+    invariant = RolloutEngineConfig(kind=EngineKind.VLLM, vllm=VLLMSettings(batch_invariant=True))
+    assert plain.semantics_note("cpu") is None
+    assert RolloutEngineConfig(kind=EngineKind.OWN).semantics_note("cuda") is None
+    assert "not token-identical samples" in (plain.semantics_note("cuda") or "")
+    assert "token-identical" in (invariant.semantics_note("cuda") or "")
