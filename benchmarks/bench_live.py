@@ -7,6 +7,14 @@ representative.
 
     python3 benchmarks/bench_live.py --device cuda --out-dir results/  # H200
     python benchmarks/bench_live.py --device cpu                                          # CPU
+    python3 benchmarks/bench_live.py --device cuda --engine vllm --release sleep --tag vllm_sleep
+
+`--engine vllm` generates with vLLM (`--release` sleep, destroy, keep or auto; `--kv-gib` of KV
+cache per engine, `--batch-invariant`); `--schedule` replaces the policy's schedule (another
+schedule for a validation run). Besides every step and phase, the summary names the figures a
+resize is judged by: `add_two_replicas_critical_path_s` (a move that adds two replicas),
+`remove_replica_critical_path_s` (one that removes one), `sync_s_median`, `rollout_s_median` and
+`setup_total_s`. `--run-dir` keeps the run folder (its trace feeds `dynaresize calibrate`).
 
 Writes live_<tag>.json and live_<tag>.md into --out-dir (default benchmarks/results/).
 """
@@ -16,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -114,7 +124,10 @@ def summarize(out: Path, wall_s: float, config) -> dict:
         }
         for r in steps.itertuples()
     ]
+    setup = json.loads((out / "setup.json").read_text())
     return {
+        **judged_figures(gaps, step_rows),
+        "setup_total_s": float(sum(v for v in setup.values() if isinstance(v, int | float))),
         "device": trace.meta.gpu_type,
         "model_params_b": trace.meta.model_params_b,
         "platform": platform.platform(),
@@ -130,6 +143,41 @@ def summarize(out: Path, wall_s: float, config) -> dict:
     }
 
 
+def judged_figures(gaps: list[dict], steps: list[dict]) -> dict:
+    """The critical path of the first move adding two replicas and of the first removing one,
+    and the median sync and rollout seconds of the steps."""
+
+    def rollout_count(split: str) -> int:
+        return int(split.split(":")[1])
+
+    def first_move(change: int) -> float | None:
+        for gap in gaps:
+            before, after = gap["move"].split("->")
+            if rollout_count(after) - rollout_count(before) == change:
+                return gap["critical_path_s"]
+        return None
+
+    return {
+        "add_two_replicas_critical_path_s": first_move(+2),
+        "remove_replica_critical_path_s": first_move(-1),
+        "sync_s_median": statistics.median(s["sync_s"] for s in steps),
+        "rollout_s_median": statistics.median(s["rollout_s"] for s in steps),
+    }
+
+
+def engine_fields(args: argparse.Namespace) -> dict:
+    """The `rollout_engine` section and schedule the command line asks for."""
+    fields: dict = {}
+    if args.engine == "vllm":
+        vllm = {"kv_cache_memory_gb": args.kv_gib, "batch_invariant": args.batch_invariant}
+        fields["rollout_engine"] = {"kind": "vllm", "release": args.release, "vllm": vllm}
+    elif args.release != "auto":
+        fields["rollout_engine"] = {"kind": args.engine, "release": args.release}
+    if args.schedule:
+        fields["policy"] = {"kind": "scheduled", "schedule": args.schedule}
+    return fields
+
+
 def markdown(result: dict, device: str) -> str:
     lines = [
         f"# Live run on {result['device']} ({device})",
@@ -137,8 +185,20 @@ def markdown(result: dict, device: str) -> str:
         f"{result['num_workers']} workers, a {result['model_params_b']:.2f}B-parameter model, "
         f"{result['samples_per_step']} samples per step, responses capped at "
         f"{result['max_response_tokens']} tokens; whole run {result['wall_s']:.1f} s. "
-        "Command: `python3 benchmarks/bench_live.py --device "
-        f"{device}`.",
+        f"Command: `{result.get('command', 'python3 benchmarks/bench_live.py')}`.",
+        "",
+        "| figure | s |",
+        "| --- | ---: |",
+        *[
+            f"| {k} | {'-' if result.get(k) is None else format(result[k], '.3f')} |"
+            for k in (
+                "add_two_replicas_critical_path_s",
+                "remove_replica_critical_path_s",
+                "sync_s_median",
+                "rollout_s_median",
+                "setup_total_s",
+            )
+        ],
         "",
         "## Setup (s)",
         "",
@@ -184,17 +244,27 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=RESULTS)
     parser.add_argument("--tag", default=None, help="File name tag (default: h200 or cpu).")
     parser.add_argument("--run-dir", type=Path, default=None, help="Run folder (default: temp).")
+    parser.add_argument("--engine", choices=["own", "hf", "vllm"], default="own")
+    parser.add_argument("--release", choices=["auto", "destroy", "keep", "sleep"], default="auto")
+    parser.add_argument("--kv-gib", type=float, default=8.0, help="vLLM KV cache per engine.")
+    parser.add_argument("--batch-invariant", action="store_true", help="vLLM batch-invariant.")
+    parser.add_argument("--schedule", default=None, help="The scheduled policy's schedule.")
+    parser.add_argument("--steps", type=int, default=None, help="Steps (default: the preset's).")
     args = parser.parse_args()
 
     from dynaresize.executor.config import LiveConfig
     from dynaresize.executor.driver import run_live
 
-    config = LiveConfig.model_validate(live_fields(args.device))
+    fields = {**live_fields(args.device), **engine_fields(args)}
+    if args.steps is not None:
+        fields["num_steps"] = args.steps
+    config = LiveConfig.model_validate(fields)
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="bench_live_"))
     start = time.perf_counter()
     run_live(config, out_dir=run_dir)
     wall_s = time.perf_counter() - start
     result = summarize(run_dir, wall_s, config)
+    result["command"] = "python3 benchmarks/bench_live.py " + " ".join(sys.argv[1:])
     tag = args.tag or ("h200" if args.device == "cuda" else "cpu")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"live_{tag}.json").write_text(json.dumps(result, indent=2))

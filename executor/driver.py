@@ -123,7 +123,11 @@ def run_live(
             Path(costs) if costs else None,
             scenario=scenario,
             prompts=prompts,
-            notes=[*cluster.notes, engines.note],
+            notes=[
+                *cluster.notes,
+                engines.note,
+                *filter(None, [live.rollout_engine.semantics_note(live.device.value)]),
+            ],
         )
         result = session.run()
     except BaseException as err:

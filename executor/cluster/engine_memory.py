@@ -10,15 +10,23 @@ held on every trainer. So the run keeps engines only where that price fits:
   x kv heads x head dim x 2 (K and V) x dtype bytes`, plus the working memory of one decoding
   step, the float32 logits `samples x vocab x 4`;
 - vLLM: the KV cache it reserves, `vllm.kv_cache_memory_gb` (on CPU vLLM cannot sleep, so a kept
-  engine is an engine process that stays).
+  engine is an engine process that stays); on CUDA also its own copy of the weights and
+  `vllm.activation_memory_gb`, the figures its `gpu_memory_utilization` is made of.
 
 That is set against what the workers share: on CPU the host memory available now (psutil),
 shared by every worker of the local run; on CUDA a device's memory (the smallest of the run's
 devices), shared by the workers placed on it. Only `FIT_FRACTION` of it counts, because the
 models, optimizer state and staging buffers are not allocated yet when the check runs (before
-Ray starts). An explicit `release` (destroy, keep, sleep) is never changed. A run on a cluster
-given by `--address` is not checked from the driver (its memory is on other machines): `auto`
-means destroy there, and the note says so.
+Ray starts). For vLLM on CUDA the choice is `sleep` rather than `keep`: every
+engine is built at setup and sleeps on a trainer, holding almost nothing there. An explicit
+`release` (destroy, keep, sleep) is never changed.
+
+vLLM on CUDA is also checked to fit at all (`check_vllm_fits`): every worker on a device holding
+its model and a running engine must fit in the device's memory, else the run stops before Ray
+with one line naming the figures, never with vLLM's start-up error inside a worker.
+
+A run on a cluster given by `--address` is not checked from the driver (its memory is on other
+machines): `auto` means destroy there, and the note says so.
 
 The check reads only the config (no model is built); `resolve_release` is called by `run_live`
 before the cluster starts, so every worker gets the resolved release. The run folder's
@@ -29,6 +37,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from dynaresize.config_io import ConfigError
 
 from ..config import DeviceKind, LiveConfig
 from ..engines.config import EngineKind, EngineRelease
@@ -115,12 +125,27 @@ def kv_shape(live: LiveConfig) -> KvShape:
     )
 
 
+def model_bytes(live: LiveConfig) -> int:
+    """The model's weights in its dtype (tied ones once), counted on the meta device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ..rl.model import hf_config
+
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(hf_config(live.model))
+    return sum(p.numel() for p in skeleton.parameters()) * live.model.dtype.bytes_per_param
+
+
 def engine_memory(live: LiveConfig) -> EngineMemory:
     """What a kept engine of this run holds on its worker (see the module docstring)."""
     engine = live.rollout_engine
     if engine.kind is EngineKind.VLLM:
+        working = 0
+        if live.device is DeviceKind.CUDA:
+            working = model_bytes(live) + int(engine.vllm.activation_memory_gb * _GIB)
         return EngineMemory(
-            kv_cache_bytes=int(engine.vllm.kv_cache_memory_gb * _GIB), working_bytes=0
+            kv_cache_bytes=int(engine.vllm.kv_cache_memory_gb * _GIB), working_bytes=working
         )
     shape = kv_shape(live)
     samples = live.samples_per_step
@@ -172,6 +197,11 @@ def choose_release(live: LiveConfig, memory: EngineMemory, budget: MemoryBudget)
         f"{_size(need)}"
     )
     room = f"{FIT_FRACTION:.0%} of {_size(budget.available_bytes)} {budget.source}"
+    if need <= allowed and _vllm_on_cuda(live):
+        return ReleaseChoice(
+            EngineRelease.SLEEP,
+            f"rollout engines: asleep on trainers (sleep): {figures} fits in {room}",
+        )
     if need <= allowed:
         return ReleaseChoice(
             EngineRelease.KEEP, f"rollout engines: resident (keep): {figures} fits in {room}"
@@ -182,12 +212,36 @@ def choose_release(live: LiveConfig, memory: EngineMemory, budget: MemoryBudget)
     )
 
 
+def _vllm_on_cuda(live: LiveConfig) -> bool:
+    return live.rollout_engine.kind is EngineKind.VLLM and live.device is DeviceKind.CUDA
+
+
+def check_vllm_fits(live: LiveConfig, memory: EngineMemory, budget: MemoryBudget) -> None:
+    """vLLM on CUDA: every worker sharing a device holds its model and may run an engine (its
+    weights, KV cache and activations); one ConfigError line when that is more than the
+    device has."""
+    if not _vllm_on_cuda(live):
+        return
+    per_worker = model_bytes(live) + memory.per_worker_bytes
+    need = per_worker * budget.workers_sharing
+    if need > budget.available_bytes:
+        raise ConfigError(
+            f"rollout_engine.vllm: {budget.workers_sharing} workers x ({_size(per_worker)}: "
+            f"model, and an engine's weights, KV cache {_size(memory.kv_cache_bytes)} and "
+            f"activations) = {_size(need)} does not fit in {_size(budget.available_bytes)} "
+            f"{budget.source}; lower vllm.kv_cache_memory_gb or put fewer workers on a GPU"
+        )
+
+
 def _as_configured(release: EngineRelease) -> ReleaseChoice:
     return ReleaseChoice(release, f"rollout engines: {release.value} (as configured)")
 
 
 def resolve_release(live: LiveConfig, *, local: bool) -> tuple[LiveConfig, ReleaseChoice]:
-    """The run's config with `release: auto` replaced by the choice, and the choice's note."""
+    """The run's config with `release: auto` replaced by the choice, and the choice's note;
+    a local vLLM run on CUDA that cannot fit stops here (`check_vllm_fits`)."""
+    if local and _vllm_on_cuda(live):
+        check_vllm_fits(live, engine_memory(live), local_budget(live))
     if live.rollout_engine.release is not EngineRelease.AUTO:
         return live, _as_configured(live.rollout_engine.release)
     if not local:

@@ -23,7 +23,7 @@ from typing import Any
 
 from dynaresize.traces.phases import Role
 
-from ..config import RolloutEngines
+from ..engines.config import EngineRelease
 from ..run_folder.checkpoint import Checkpoint
 from ..worker.actor import LiveWorker
 from ..worker.shards import ShardLayout, shards_from_full
@@ -124,7 +124,8 @@ def take_roles(
 ) -> None:
     """The current role map's groups, every worker's role in it, and the trainers' ranks.
 
-    With resident rollout engines the trainers build theirs here too. `lap(part)` marks the end
+    With resident or sleeping rollout engines (`release: keep`, `sleep`) the trainers build
+    theirs here too (a sleeping one is put to sleep at once). `lap(part)` marks the end
     of the roles (`ROLES_TAKEN`) and of the resident engines (`RESIDENT_ENGINES_BUILT`).
     """
     rt, roles = runtime, runtime.roles
@@ -134,7 +135,7 @@ def take_roles(
             "taking a role"
         )
     lap(SetupPart.ROLES_TAKEN)
-    if rt.config.rollout_engines is RolloutEngines.RESIDENT:
+    if rt.config.rollout_engine.release in (EngineRelease.KEEP, EngineRelease.SLEEP):
         rt.call(roles.trainer_ids, LiveWorker.prebuild_rollout_engine).wait(
             "building resident engines"
         )

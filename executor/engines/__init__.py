@@ -6,8 +6,11 @@
 - `sampler`, `decoder`, `sampling`: the project's KV-cached sampler, its lean forward pass and
                     the per-sample keyed token choice;
 - `hf_engine`:      Hugging Face `generate`, the baseline;
-- `vllm_engine`:    vLLM in the caller's process;
-- `process`, `process_child`: any engine in a child process of its own.
+- `vllm_engine`:    vLLM in the caller's process; `vllm_adapter` where vLLM's releases differ,
+                    `vllm_weights` the names it loads weights by;
+- `process`, `process_child`, `process_parts`, `process_buffers`: any engine in a child process
+                    of its own, and the buffer weights reach it through;
+- `device_share`:   a CUDA buffer mapped by other processes of the node (CUDA IPC).
 
 These modules were in `executor.rl` before it kept only the model, task and GRPO code.
 

@@ -39,6 +39,7 @@ from .hf_engine import HFGenerateEngine
 from .interface import GenerationOutput, GenerationRequest, RolloutEngine, SamplingParams, Weights
 from .process import EngineProcess
 from .sampler import KVCacheSampler, SamplerConfig
+from .vllm_adapter import set_batch_invariance
 from .vllm_engine import ReleaseMode, VLLMEngine, VLLMEngineConfig, import_vllm
 
 _folder_numbers = count()
@@ -162,6 +163,7 @@ class VLLMEngineFactory:
     config: VLLMEngineConfig
 
     def preload(self) -> None:
+        set_batch_invariance(self.config.batch_invariant)  # read by vLLM at import
         import_vllm()
 
     def __call__(self) -> VLLMEngine:
@@ -227,6 +229,10 @@ def build_engine(
             call_timeout_s=config.process.call_timeout_s,
             shm_dir=Path(config.process.shm_dir),
             owned_paths=() if written is None else (written,),
+            # on CUDA only the end of its process gives all of a vLLM engine's memory back
+            end_on_release=config.kind is EngineKind.VLLM
+            and config.release in (EngineRelease.DESTROY, EngineRelease.AUTO)
+            and next(model.parameters()).is_cuda,
         )
     except BaseException:
         if written is not None:
@@ -253,6 +259,8 @@ def vllm_engine_config(
         release=release,
         sleep_level=settings.sleep_level,
         torch_threads=settings.torch_threads,
+        activation_memory_gb=settings.activation_memory_gb,
+        batch_invariant=settings.batch_invariant,
     )
 
 

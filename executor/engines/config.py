@@ -46,7 +46,8 @@ class EngineRelease(str, Enum):
     """What a worker does with its rollout engine when it becomes a trainer."""
 
     AUTO = "auto"
-    """`keep` where the memory check says an engine on every worker fits, else `destroy`:
+    """`keep` where the memory check says an engine on every worker fits (`sleep` for vLLM on
+    CUDA, which frees the engine's memory on a trainer), else `destroy`:
     resolved at the start of a live run (`executor/engine_memory.py`), the choice in the trace
     notes. Anything that sees it unresolved treats it as `destroy`."""
 
@@ -57,8 +58,10 @@ class EngineRelease(str, Enum):
     """Keep it built (its KV cache held on the trainer): a return only loads the current
     weights. The old `rollout_engines: resident`."""
     SLEEP = "sleep"
-    """vLLM on CUDA: `LLM.sleep()` frees the KV cache (and offloads or drops the weights, by
-    `vllm.sleep_level`); a return calls `wake_up()`."""
+    """vLLM on CUDA: every worker that may become a replica builds its engine at setup and puts
+    it to sleep at once; `LLM.sleep()` frees the KV cache (and drops or offloads the weights, by
+    `vllm.sleep_level`); a return calls `wake_up()` and loads the current weights, so no resize
+    starts an engine."""
 
 
 OLD_ROLLOUT_ENGINES = {"on_demand": EngineRelease.DESTROY, "resident": EngineRelease.KEEP}
@@ -96,11 +99,24 @@ class VLLMSettings(BaseModel):
         default=None, ge=1, description="KV cache block size in tokens; None: vLLM's default."
     )
     sleep_level: int = Field(
-        default=1,
+        default=2,
         ge=1,
         le=2,
-        description="With release: sleep, 1 offloads the weights to host memory, 2 drops them "
-        "(the current weights are loaded again on wake).",
+        description="With release: sleep, 2 drops the weights (a worker loads its current ones "
+        "on every wake anyway: 0.02 s to sleep against 0.9-2.5 s for 1), 1 offloads them to "
+        "host memory.",
+    )
+    batch_invariant: bool = Field(
+        default=False,
+        description="vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1 in the engine "
+        "process): a sample's tokens do not depend on the batch it runs in, so a run with "
+        "resizes generates the samples one without would (CUDA; slower).",
+    )
+    activation_memory_gb: float = Field(
+        default=2.0,
+        ge=0,
+        description="Working memory an engine is given beyond its weights and KV cache (GiB, "
+        "CUDA): part of its gpu_memory_utilization and of the run's memory check.",
     )
     torch_threads: int = Field(
         default=1, ge=1, description="torch CPU threads in the engine's process."
@@ -167,6 +183,22 @@ class RolloutEngineConfig(BaseModel):
         if self.separate_process is None:
             return self.kind is EngineKind.VLLM
         return self.separate_process
+
+    def semantics_note(self, device: str) -> str | None:
+        """For the trace notes: what a run with resizes keeps of the samples one without would
+        generate, where that differs from the CPU's answer (vLLM on CUDA)."""
+        if self.kind is not EngineKind.VLLM or device != "cuda":
+            return None
+        if self.vllm.batch_invariant:
+            return (
+                "vLLM batch-invariant kernels: a sample's tokens do not depend on the batch it "
+                "runs in, so resizes leave the samples token-identical"
+            )
+        return (
+            "vLLM on CUDA without batch-invariant kernels: a sample's tokens depend on the batch "
+            "it runs in, so a run with resizes keeps the prompts, sample keys, weight digests and "
+            "the trainer's own logprobs of a run without, not token-identical samples"
+        )
 
     def check_device(self, device: str) -> None:
         """`release: sleep` needs CUDA (vLLM's CPU backend ignores sleep); call with the run's

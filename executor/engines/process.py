@@ -4,28 +4,32 @@ Why a process: in-process vLLM makes torch.distributed's default process group i
 size 1) and destroys it when released; a live worker's default group is the training world, so
 vLLM must not share the worker's process. `EngineProcess` starts the engine in a fresh
 interpreter (never a fork) and is itself a `RolloutEngine` with vLLM's lifecycle
-(`release`, `rebuild`, `close`), so the worker drives it as it drives any engine. It is generic:
-the engine is whatever a picklable factory builds there (`executor/engines/build.py` has the
-factories for vLLM and for the project's own sampler).
+(`release`, `rebuild`, `close`). The engine is whatever a picklable factory builds there
+(`build.py` has the factories).
 
 How data crosses (the child's side is `process_child.py`): requests, sampling parameters and
-results are pickled over a pipe (they are small); weights go through a file in shared memory
-(`process_buffers.py`, which says how it lives and is removed). `staging_tensor` gives the buffer
-itself, so a caller can receive a broadcast straight into it and `load_weights` copies nothing on
-this side. The buffer holds the weights loaded last (a released engine reads them when
-rebuilt): write into it only right before `load_weights`.
+results are pickled over a pipe (they are small); weights go through a buffer both sides map
+(`process_buffers.py`): on CUDA a device buffer of this process shared by its IPC handle, so
+weights reach the engine's parameters without leaving the device; elsewhere a file in shared
+memory. `staging_tensor` gives the buffer itself, so a caller can receive a broadcast straight
+into it and `load_weights` copies nothing on this side. The buffer holds the weights loaded last
+(a released engine reads them when rebuilt): write into it only right before `load_weights`,
+which waits for the device's writes before the engine reads.
+
+`end_on_release` (vLLM's `release: destroy` on CUDA): `release` ends the engine's process (the
+one way all its device memory comes back), frees a device buffer and starts a spare that does
+the imports and waits; `rebuild` has the spare build the engine (from its folder's weights when
+the buffer was on a device: load the current ones after it).
 
 Failures: an exception in the child comes back as one `EngineProcessError` naming the engine,
-the operation and the child's error (`VLLMStartError: vLLM could not start on model folder X:
-...`), with the child's traceback attached; an `EngineInputError` (a request the engine cannot
-run) is raised as itself, as an in-process engine would. A child that dies, or does not answer
-within the timeout (it is then killed), is an `EngineProcessError` with its exit status, and the
-engine process is unusable after it.
+the operation and the child's error, with the child's traceback attached; an `EngineInputError`
+(a request the engine cannot run) is raised as itself. A child that dies, or does not answer in
+time (it is then killed), is an `EngineProcessError` with its exit status; the engine process
+is unusable after it.
 
-Timings, for the resize records: `start_timing` splits the start into process, imports and engine
-build (the `rollout_reinit` phase when a replica starts an engine); `release()` and `rebuild()`
-return their seconds as seen here (a release is its own phase); `last_load` times each weight
-load (copy into shared memory, the engine's load) and carries the digest the child computed.
+Timings, for the resize records: `start_timing` splits the start into process, imports and
+engine build; `release()` and `rebuild()` return their seconds; `last_load` times each weight
+load and carries the digest the child computed.
 """
 
 from __future__ import annotations
@@ -34,19 +38,18 @@ import contextlib
 import pickle
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .device_share import finish_writes
 from .interface import (
     EngineInputError,
     GenerationOutput,
@@ -57,62 +60,31 @@ from .interface import (
 )
 from .process_buffers import (
     DEFAULT_SHM_DIR,
+    Layout,
     WeightBuffer,
     buffer_path,
+    device_buffer,
     flat_view,
     remove_path,
     remove_stale_buffers,
     reserve_file,
 )
-from .process_child import ChildFailure, LoadReply, StartReply, spawn
+from .process_child import ChildFailure, LoadReply, StartReply
+from .process_parts import (
+    EngineProcessError,
+    Launched,
+    StartTiming,
+    WeightLoadTiming,
+    launch,
+    resident_bytes,
+    shut_down,
+)
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
 
 EngineFactory = Callable[[], RolloutEngine]
 """Builds the engine in the child; must pickle. An optional `preload()` method imports what the
 engine needs first, so that the start's import time is measured apart from the build."""
-
-
-class EngineProcessError(RuntimeError):
-    """The engine process failed: its engine raised, it died, or it stopped answering."""
-
-    def __init__(
-        self, message: str, *, operation: str, error_type: str = "", child_traceback: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.operation = operation
-        self.error_type = error_type
-        self.child_traceback = child_traceback
-
-
-@dataclass(frozen=True)
-class StartTiming:
-    """Where the seconds of an engine process's start went."""
-
-    process_s: float
-    """From the spawn call to the child's first line: interpreter, bootstrap, its module."""
-    import_s: float
-    """Unpickling the factory and its `preload`: torch, the engine's modules, vLLM."""
-    engine_s: float
-    """Building the engine (vLLM: `LLM(...)`, the model read from its folder, the KV cache)."""
-    total_s: float
-    """The spawn call until the ready answer arrived here."""
-
-
-@dataclass(frozen=True)
-class WeightLoadTiming:
-    """One `load_weights`: the copy into shared memory here, the engine's load there."""
-
-    copy_s: float
-    """Writing the weights into the shared buffer (0 when they were received into it)."""
-    engine_s: float
-    """The engine's in-place load in the child, shared-memory mapping included."""
-    total_s: float
-    nbytes: int
-    digest: str
-    """`weights_digest` of the weights as the child read them."""
-    deferred: bool
-    """The engine was released: the weights load when it is rebuilt."""
 
 
 class EngineProcess:
@@ -127,10 +99,11 @@ class EngineProcess:
         call_timeout_s: float = 900.0,
         shm_dir: Path = DEFAULT_SHM_DIR,
         owned_paths: Sequence[Path] = (),
+        end_on_release: bool = False,
     ) -> None:
         """Start the engine process and wait until its engine is built (`start_timing`).
         `owned_paths`: folders written for this engine (its model folder), removed when the
-        process ends, whichever way."""
+        process ends, whichever way. `end_on_release`: release ends the process (see above)."""
         self.name = _SAFE_NAME.sub("_", name)[:80] or "engine"
         self.call_timeout_s = call_timeout_s
         self.shm_dir = Path(shm_dir)
@@ -138,7 +111,7 @@ class EngineProcess:
             raise FileNotFoundError(f"engine process shm_dir: {self.shm_dir} is not a folder")
         self.stale_buffers_removed = remove_stale_buffers(self.shm_dir)
         try:
-            payload = pickle.dumps(factory)
+            self._payload = pickle.dumps(factory)
         except Exception as error:
             raise TypeError(f"engine factory {factory!r} does not pickle: {error}") from error
         self._lock = threading.Lock()
@@ -149,30 +122,19 @@ class EngineProcess:
         self._released = False
         self._broken: str | None = None
         self.last_load: WeightLoadTiming | None = None
-        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        spawned = time.monotonic()
+        self.end_on_release = end_on_release
+        self._start_timeout_s = start_timeout_s
+        self._last_layout: Layout | None = None
+        self._ended = False  # the engine's process was ended by `release` (`end_on_release`)
+        self._spare: Launched | None = None
+        self._children: list[tuple[subprocess.Popen[bytes], Connection]] = []
+        """Every process started here (the engine's, a spare), shared with the finalizer."""
+        self._finalizer = weakref.finalize(self, shut_down, self._children, self._paths)
         try:
-            self._process = spawn(child_end.fileno())
-        except BaseException:
-            parent_end.close()
-            raise
-        finally:
-            child_end.close()  # it lives in the child only, so the child's exit closes the pipe
-        self._conn = Connection(parent_end.detach())
-        self._finalizer = weakref.finalize(self, _shut_down, self._process, self._conn, self._paths)
-        try:
-            self._conn.send_bytes(payload)
-            reply: StartReply = self._receive("starting the engine", timeout_s=start_timeout_s)
+            self.start_timing = self._build(self._launch())
         except BaseException:
             self._finalizer()
             raise
-        ready = time.monotonic()
-        self.start_timing = StartTiming(
-            process_s=reply.entered_s - spawned,
-            import_s=reply.import_s,
-            engine_s=reply.engine_s,
-            total_s=ready - spawned,
-        )
 
     # -- RolloutEngine -------------------------------------------------------------------------
 
@@ -186,11 +148,13 @@ class EngineProcess:
         load them in place; `last_load` holds the timings and the child's digest."""
         begin = time.monotonic()
         flat, names_shapes = flat_view(weights)
-        buffer = self._buffer_for(flat.numel(), flat.dtype)
-        copied = 0.0
-        if flat.data_ptr() != buffer.tensor.data_ptr():
+        buffer = self._buffer_for(flat.numel(), flat.dtype, flat.device)
+        copying = flat.data_ptr() != buffer.tensor.data_ptr()
+        if copying:
             buffer.tensor.copy_(flat)
-            copied = time.monotonic() - begin
+        finish_writes(buffer.tensor)  # the engine process reads on streams of its own
+        copied = time.monotonic() - begin if copying else 0.0
+        self._last_layout = names_shapes
         message = buffer.message(names_shapes)
         reply: LoadReply = self._call("load_weights", message, doing="loading weights")
         self.last_load = WeightLoadTiming(
@@ -208,14 +172,28 @@ class EngineProcess:
         """Release the engine (vLLM: destroy, or sleep on CUDA; other engines are dropped) and
         keep the process with its imports; seconds as seen here."""
         begin = time.monotonic()
-        self._call("release", None, doing="releasing the engine")
+        if self.end_on_release:
+            self._call("exit", None, doing="ending the engine process")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._process.wait(timeout=60.0)  # its memory is back once it is gone
+            self._ended = True
+            self._drop_device_buffer()
+            self._spare = self._launch()  # imports while the worker trains
+        else:
+            self._call("release", None, doing="releasing the engine")
         self._released = True
         return time.monotonic() - begin
 
     def rebuild(self) -> float:
         """Build (or wake) the engine again, with the last weights loaded; seconds seen here."""
         begin = time.monotonic()
-        self._call("rebuild", None, doing="rebuilding the engine")
+        if self._ended:
+            launched, self._spare = self._spare or self._launch(), None
+            self._build(launched)
+            self._ended = False
+            self._map_again()
+        else:
+            self._call("rebuild", None, doing="rebuilding the engine")
         self._released = False
         return time.monotonic() - begin
 
@@ -251,29 +229,81 @@ class EngineProcess:
 
     @property
     def is_alive(self) -> bool:
-        return self._finalizer.alive and self._process.poll() is None
+        """Its process runs, or was ended by a release and can be rebuilt."""
+        return self._finalizer.alive and (self._ended or self._process.poll() is None)
 
-    def staging_tensor(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    def staging_tensor(
+        self, numel: int, dtype: torch.dtype, device: torch.device | str = "cpu"
+    ) -> torch.Tensor:
         """The shared buffer for weights of this size and dtype: receive weights into it and
         pass it to `load_weights` to skip the copy on this side."""
-        return self._buffer_for(numel, dtype).tensor
+        return self._buffer_for(numel, dtype, torch.device(device)).tensor
 
     def rss_bytes(self) -> int | None:
         """The child's resident memory (Linux), e.g. to see what a released engine keeps."""
-        try:
-            status = Path(f"/proc/{self.pid}/status").read_text()
-        except OSError:
-            return None
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return None
+        return resident_bytes(self.pid)
 
     # -- internals -----------------------------------------------------------------------------
 
-    def _buffer_for(self, numel: int, dtype: torch.dtype) -> WeightBuffer:
+    def _launch(self) -> Launched:
+        """A new process that imports what the engine needs and waits for `build`."""
+        return launch(self._payload, self._children)
+
+    def _build(self, launched: Launched) -> StartTiming:
+        """Make `launched` the engine's process and have it build the engine."""
+        self._process, self._conn = launched.process, launched.conn
+        doing = "starting the engine"
+        try:
+            self._conn.send(("build", None))
+        except (BrokenPipeError, EOFError, OSError):
+            raise self._died(doing) from None
+        reply: StartReply = self._receive(doing, timeout_s=self._start_timeout_s)
+        return StartTiming(
+            process_s=reply.entered_s - launched.spawned_s,
+            import_s=reply.import_s,
+            engine_s=reply.engine_s,
+            total_s=time.monotonic() - launched.spawned_s,
+        )
+
+    def _drop_device_buffer(self) -> None:
+        """A device buffer would keep a copy of the weights on a worker whose engine is gone:
+        free it (the engine built again starts from its folder; the caller loads new weights,
+        as a worker does after every start)."""
+        if self._buffer is not None and self._buffer.device is not None:
+            self._buffer = None
+            self.last_load = None
+            torch.cuda.empty_cache()
+
+    def _map_again(self) -> None:
+        """A new engine process: map the weight buffer there and load the weights it holds (a
+        shared-memory file, whose name is gone, is copied into a new one first)."""
+        old = self._buffer
+        if old is None:
+            return
+        if old.device is None:
+            self._buffer = None
+            self._buffer_for(old.numel, old.dtype, old.tensor.device).tensor.copy_(old.tensor)
+        else:
+            self._call("map_buffer", old.message(None), doing="sharing the weight buffer")
+        if self.last_load is not None:
+            message = self._buffer_for(old.numel, old.dtype, old.tensor.device).message(
+                self._last_layout
+            )
+            self._call("load_weights", message, doing="loading weights")
+
+    def _buffer_for(self, numel: int, dtype: torch.dtype, device: torch.device) -> WeightBuffer:
         buffer = self._buffer
-        if buffer is not None and buffer.numel == numel and buffer.dtype == dtype:
+        if (
+            buffer is not None
+            and buffer.numel == numel
+            and buffer.dtype == dtype
+            and buffer.tensor.device == device
+        ):
+            return buffer
+        if device.type == "cuda":
+            buffer = device_buffer(numel, dtype, device)
+            self._call("map_buffer", buffer.message(None), doing="sharing the weight buffer")
+            self._buffer = buffer
             return buffer
         path = buffer_path(self.shm_dir, self.name)
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
@@ -366,17 +396,3 @@ class EngineProcess:
             f"rollout engine {self.name} (pid {self.pid}) died while {doing} ({status})",
             operation=doing,
         )
-
-
-def _shut_down(process: Any, conn: Any, paths: list[Path]) -> None:
-    """Kill the child if it still runs, close the pipe, remove every buffer name made here and
-    the owned folders. Runs once: from `close`, a failure, garbage collection or interpreter
-    exit."""
-    if process.poll() is None:
-        process.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10.0)
-    with contextlib.suppress(OSError):
-        conn.close()
-    for path in paths:
-        remove_path(path)

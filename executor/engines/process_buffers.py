@@ -1,4 +1,10 @@
-"""Weights between a live worker and its engine process: a file in shared memory.
+"""Weights between a live worker and its engine process: a device buffer (CUDA) or a file in
+shared memory.
+
+On CUDA the buffer is a flat tensor on the worker's device, mapped by the engine process through
+its IPC handle (`device_buffer`, `device_share.py`): weights go from the worker's model to the
+engine's parameters without leaving the device, and the buffer outlives engine processes (a new
+one maps it again). Elsewhere:
 
 The file (in `/dev/shm`) is named after the engine (the run and the worker) and the process that
 made it, sized once, mapped on both sides as soon as it is made, and its name removed then: it
@@ -21,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from .device_share import SharedDeviceTensor, share
 from .interface import Weights
 from .process_child import WeightsMessage
 
@@ -37,9 +44,12 @@ Layout = tuple[tuple[str, tuple[int, ...]], ...]
 @dataclass
 class WeightBuffer:
     path: Path
+    """The shared-memory file (its name is removed once mapped), or a device buffer's key."""
     numel: int
     dtype: torch.dtype
     tensor: torch.Tensor
+    device: SharedDeviceTensor | None = None
+    """Set for a CUDA buffer: the handle the engine process maps it by."""
 
     def message(self, names_shapes: Layout | None) -> WeightsMessage:
         return WeightsMessage(
@@ -47,7 +57,15 @@ class WeightBuffer:
             numel=self.numel,
             dtype=str(self.dtype).removeprefix("torch."),
             names_shapes=names_shapes,
+            device=self.device,
         )
+
+
+def device_buffer(numel: int, dtype: torch.dtype, device: torch.device) -> WeightBuffer:
+    """A flat buffer on a CUDA device, shared by handle with the engine process."""
+    tensor = torch.empty(numel, dtype=dtype, device=device)
+    shared = share(tensor)
+    return WeightBuffer(Path(shared.key), numel, dtype, tensor, shared)
 
 
 def buffer_path(shm_dir: Path, engine_name: str) -> Path:
@@ -78,8 +96,11 @@ def flat_view(weights: Weights) -> tuple[torch.Tensor, Layout | None]:
     dtypes = {tensor.dtype for tensor in weights.values()}
     if len(dtypes) != 1:
         raise ValueError(f"a state dict for the engine process needs one dtype, got {dtypes}")
+    devices = {tensor.device for tensor in weights.values()}
+    if len(devices) != 1:
+        raise ValueError(f"a state dict for the engine process needs one device, got {devices}")
     layout = tuple((name, tuple(tensor.shape)) for name, tensor in weights.items())
-    flat = torch.cat([tensor.detach().reshape(-1).cpu() for tensor in weights.values()])
+    flat = torch.cat([tensor.detach().reshape(-1) for tensor in weights.values()])
     return flat, layout
 
 

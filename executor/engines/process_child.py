@@ -14,15 +14,23 @@ in torch and the engine's modules; its `preload` pulls in vLLM) and the engine b
 
 The conversation, one request at a time over a duplex pipe:
 
-    parent -> child   the pickled factory, once; then (operation, payload) tuples:
-                      generate (requests, params, step) | map_buffer (WeightsMessage) |
-                      load_weights (WeightsMessage) | release | rebuild | close
+    parent -> child   the pickled factory, once (the child imports what it needs at once);
+                      then (operation, payload) tuples: build (first, once: the engine is
+                      built) | generate (requests, params, step) | map_buffer (WeightsMessage)
+                      | load_weights (WeightsMessage) | release | rebuild | close | exit
     child -> parent   ("ok", value) or ("error", ChildFailure)
 
-Weights never travel through the pipe: they live in a file in shared memory (/dev/shm) that
-the parent creates and both sides map; the child maps it as soon as it is created (`map_buffer`)
-and removes its name, so from then on the buffer has no name either side could leak, and it
-disappears with the last process mapping it. A load then only says which buffer to read.
+A parent may send the factory and wait before asking for the build: the process then waits with
+its imports done, a warm spare that a rebuild turns into an engine without paying for them.
+`exit` ends the process at once, without closing the engine: its memory (on a GPU too) goes
+back when the process is gone, which is the only way vLLM's CUDA memory all comes back.
+
+Weights never travel through the pipe. On CUDA they live in a device buffer of the parent that
+the child maps by its IPC handle (`device_share.py`) once; otherwise in a file in shared memory
+(/dev/shm) that the parent creates and both sides map; the child maps it as soon as it is
+created (`map_buffer`) and removes its name, so from then on the buffer has no name either
+side could leak, and it disappears with the last process mapping it. A load then only says
+which buffer to read.
 
 The child goes away with its parent in three ways: PR_SET_PDEATHSIG (Linux; set only when the
 parent started it from its main thread, because the signal follows the thread that forked), a
@@ -78,6 +86,8 @@ class WeightsMessage:
     names_shapes: tuple[tuple[str, tuple[int, ...]], ...] | None
     """A state dict laid out flat, in this order; None: a flat tensor in `named_parameters`
     order, as the engine takes it."""
+    device: Any = None
+    """A parent's CUDA buffer (`device_share.SharedDeviceTensor`); `path` is then its key."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,8 @@ def _die_with_parent(parent_pid: int, set_pdeathsig: bool) -> None:
 
 
 def _start(conn: Any, entered_s: float) -> _Host | None:
-    """Unpickle the factory, let it import what it needs, build the engine; report timings."""
+    """Unpickle the factory, let it import what it needs, wait for `build`, build the engine;
+    report timings."""
     payload = conn.recv_bytes()  # a closed pipe ends the child (child_main catches it)
     try:
         begin = time.monotonic()
@@ -177,13 +188,22 @@ def _start(conn: Any, entered_s: float) -> _Host | None:
         preload = getattr(factory, "preload", None)
         if callable(preload):
             preload()
-        imported = time.monotonic()
-        host = _Host(factory)
-        built = time.monotonic()
+        import_s = time.monotonic() - begin
     except BaseException as error:
         conn.send(("error", _failure("start", error)))
         return None
-    conn.send(("ok", StartReply(entered_s, imported - begin, built - imported)))
+    operation, _payload = conn.recv()
+    if operation != "build":
+        conn.send(("ok", None))  # close or exit before any engine: nothing to do
+        return None
+    try:
+        building = time.monotonic()
+        host = _Host(factory)
+        engine_s = time.monotonic() - building
+    except BaseException as error:
+        conn.send(("error", _failure("start", error)))
+        return None
+    conn.send(("ok", StartReply(entered_s, import_s, engine_s)))
     return host
 
 
@@ -196,7 +216,7 @@ def _serve(conn: Any, host: _Host) -> None:
             conn.send(("error", _failure(operation, error)))
             continue
         conn.send(("ok", value))
-        if operation == "close":
+        if operation in ("close", "exit"):
             return
 
 
@@ -252,6 +272,8 @@ class _Host:
             return self.rebuild()
         if operation == "close":
             return self.close()
+        if operation == "exit":
+            return None  # the process ends right after the answer; the engine is not closed
         raise ValueError(f"unknown engine process operation {operation!r}")
 
     def load_weights(self, message: WeightsMessage) -> LoadReply:
@@ -317,11 +339,16 @@ class _Host:
             return self.mapped[message.path]
         import torch
 
-        flat = torch.from_file(
-            message.path, shared=True, size=message.numel, dtype=getattr(torch, message.dtype)
-        )
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(message.path)
+        if message.device is not None:
+            from .device_share import open_shared
+
+            flat = open_shared(message.device)
+        else:
+            flat = torch.from_file(
+                message.path, shared=True, size=message.numel, dtype=getattr(torch, message.dtype)
+            )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(message.path)
         # keep the buffer of the weights loaded last (a rebuild reads it), drop any other
         current = self.current.path if self.current is not None else None
         self.mapped = {p: t for p, t in self.mapped.items() if p == current}

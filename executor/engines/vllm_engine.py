@@ -15,18 +15,24 @@ What the caller gets, as from the other engines:
   temperature and top-p.
 - Finish times: requests are queued and the engine is stepped here, so each sample's finish time
   is when the step that finished it returned.
-- Weights in place (`vllm_weights.py`): `load_weights` streams (name, tensor) pairs in Hugging
-  Face names to the worker's `reload_weights` through `LLM.collective_rpc`, then resets the
-  prefix cache (cached KV blocks were computed with the old weights). On CPU, vLLM 0.32 keeps a
-  packed copy of the output projection that its reload does not refresh when the embeddings
-  are tied; the engine repacks it after every load.
-- Release: `destroy` shuts the engine down and frees its memory; `rebuild` starts a new one and
-  loads the last weights given. `sleep` (CUDA only) calls `LLM.sleep(level)` and `rebuild` then
-  calls `wake_up()`; level 2 discards the weights, so the last ones given are loaded again. On
-  CPU vLLM's sleep does nothing, so `sleep` is refused there and `destroy` is the only mode.
-
-Not run on a GPU: the CUDA path (`sleep`/`wake_up`, `gpu_memory_utilization`) is written
-against vLLM 0.32's documented `LLM` API and has only run on CPU here.
+- Weights in place (`vllm_weights.py`, `vllm_adapter.py`): `load_weights` hands (name, tensor)
+  pairs in Hugging Face names to the model on vLLM's worker (on CUDA its own `load_weights`,
+  straight from device tensors; on CPU vLLM's `reload_weights`), then resets the prefix cache
+  (cached KV blocks were computed with the old weights). The engine keeps the tensors given (a
+  host copy of them on CPU) to load them again after a rebuild or a level-2 wake: on CUDA the
+  caller keeps them unchanged until its next load (the engine process's device buffer does).
+- Release: `destroy` shuts the engine down; `rebuild` starts a new one and loads the last
+  weights given. On CUDA an in-process destroy returns almost none of the engine's memory and a
+  second engine with sleep mode cannot start in the process, so there the engine process ends
+  instead (`process.py`). `sleep` (CUDA only) calls `LLM.sleep(level)` and `rebuild` then calls
+  `wake_up()`; level 2 discards the weights, so the last ones given are loaded again. On CPU
+  vLLM's sleep does nothing, so `sleep` is refused there and `destroy` is the only mode.
+- Memory (CUDA): the engine passes `gpu_memory_utilization` = (weights + KV cache + activations)
+  / device memory (`vllm_adapter.memory_utilization`), so it starts beside trainers and other
+  engines on one device; the KV cache is `kv_cache_memory_gb` exactly.
+- `batch_invariant`: `VLLM_BATCH_INVARIANT=1` is set before vLLM is imported (vLLM reads it at
+  import), so a sample's tokens do not depend on the batch it runs in; the engine process's
+  factory sets it first thing. Without it, on CUDA, they do (docs/rollout-engines.md).
 
 Process-wide effects of an in-process vLLM engine, undone where possible: vLLM seeds the global
 random generators (their states are restored after the build), and its CPU worker replaces
@@ -38,7 +44,6 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import time
 from collections.abc import Sequence
 from enum import Enum
@@ -60,7 +65,14 @@ from .interface import (
     check_requests,
 )
 from .sampling import sample_keys
-from .vllm_weights import named_tensors, parameter_layout, repack_tied_output_projection
+from .vllm_adapter import (
+    answer_dict_lookups_of_llvmlite,
+    load_into_engine,
+    memory_utilization,
+    on_cpu,
+    set_batch_invariance,
+)
+from .vllm_weights import named_tensors, parameter_layout
 
 
 class VLLMUnavailableError(ImportError):
@@ -103,10 +115,25 @@ class VLLMEngineConfig(BaseModel):
         default=ReleaseMode.DESTROY, description="What `release` does: destroy, or sleep (CUDA)."
     )
     sleep_level: int = Field(
-        default=1, ge=1, le=2, description="vLLM sleep level: 1 offloads weights, 2 drops them."
+        default=2, ge=1, le=2, description="vLLM sleep level: 2 drops weights, 1 offloads them."
     )
     torch_threads: int = Field(
         default=1, ge=1, description="Torch CPU threads while vLLM runs in this process."
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description="vLLM's start-up share of the device; None: weights + KV cache + "
+        "activation_memory_gb over the device's memory (CUDA; unused on CPU).",
+    )
+    activation_memory_gb: float = Field(
+        default=2.0, ge=0, description="Working memory allowed for activations, in GiB (CUDA)."
+    )
+    batch_invariant: bool = Field(
+        default=False,
+        description="vLLM's batch-invariant kernels (VLLM_BATCH_INVARIANT=1): a sample's tokens "
+        "do not depend on its batch.",
     )
 
 
@@ -143,16 +170,21 @@ class VLLMEngine:
         self._last_weights: list[tuple[str, torch.Tensor]] | None = None
         self._llm: Any = None
         self._sleeping = False
+        self._cpu = True
         self._calls = 0
         self.start_s = self._build()
 
     # -- RolloutEngine -------------------------------------------------------------------------
 
     def load_weights(self, weights: Weights) -> None:
-        """Copy `weights` into the running engine in place, then drop its prefix cache. A CPU
-        copy is kept so that a rebuilt engine generates with the same weights."""
+        """Copy `weights` into the running engine in place, then drop its prefix cache. The
+        tensors are kept (copied when on the host) so that a rebuilt engine generates with the
+        same weights; device tensors are kept as given, never copied to the host."""
         pairs = named_tensors(weights, self.layout)
-        self._last_weights = [(name, t.detach().to("cpu", copy=True)) for name, t in pairs]
+        self._last_weights = [
+            (name, t.detach() if t.is_cuda else t.detach().to("cpu", copy=True))
+            for name, t in pairs
+        ]
         self._reload(pairs)
 
     def generate(
@@ -250,10 +282,10 @@ class VLLMEngine:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ["HF_HUB_OFFLINE"] = "1"
         start = time.perf_counter()
+        set_batch_invariance(self.config.batch_invariant)
         vllm = import_vllm()
-        from vllm.platforms import current_platform
-
-        if self.config.release is ReleaseMode.SLEEP and current_platform.is_cpu():
+        self._cpu = on_cpu()
+        if self.config.release is ReleaseMode.SLEEP and self._cpu:
             raise ValueError(
                 "vLLM release: sleep needs CUDA; vLLM's CPU backend ignores sleep, use destroy"
             )
@@ -270,7 +302,9 @@ class VLLMEngine:
         }
         if self.config.block_size is not None:
             kwargs["block_size"] = self.config.block_size
-        _answer_dict_lookups_of_llvmlite()
+        if not self._cpu:
+            kwargs["gpu_memory_utilization"] = self._memory_utilization()
+        answer_dict_lookups_of_llvmlite()
         set_num_threads = torch.set_num_threads
         states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
         try:
@@ -290,10 +324,21 @@ class VLLMEngine:
         return time.perf_counter() - start
 
     def _reload(self, pairs: Sequence[tuple[str, torch.Tensor]]) -> None:
-        llm = self._running()
-        llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(pairs)})
-        llm.collective_rpc(repack_tied_output_projection)
+        load_into_engine(self._running(), pairs, cpu=self._cpu)
         self._reset_prefix_cache()
+
+    def _memory_utilization(self) -> float:
+        """The configured share, else what this engine is given over the device's memory."""
+        if self.config.gpu_memory_utilization is not None:
+            return self.config.gpu_memory_utilization
+        dtype = getattr(torch, self.config.dtype, torch.float32)
+        element_bytes = torch.empty((), dtype=dtype).element_size()
+        return memory_utilization(
+            weights_bytes=sum(shape.numel() for _, shape in self.layout) * element_bytes,
+            kv_cache_bytes=int(self.config.kv_cache_memory_gb * (1 << 30)),
+            activation_bytes=int(self.config.activation_memory_gb * (1 << 30)),
+            device_total_bytes=torch.cuda.get_device_properties(0).total_memory,
+        )
 
     def _reset_prefix_cache(self) -> None:
         """Drop cached KV blocks, which hold the previous weights' keys and values."""
@@ -346,15 +391,3 @@ class VLLMEngine:
             finish_s=finish_s,
             logprobs=logprobs,
         )
-
-
-def _answer_dict_lookups_of_llvmlite() -> None:
-    """vLLM (0.32, CPU) rebinds its kernels by reading `vars()` of every attribute of every
-    loaded module. llvmlite's `binding.ffi.lib` (loaded with numba, which the twin uses) answers
-    any unknown attribute, `__dict__` included, with a wrapped C symbol, and vLLM's start fails
-    on it ("'_lib_fn_wrapper' object has no attribute 'get'"). Give it a real, empty `__dict__`
-    answer; llvmlite has no C symbol of that name, so nothing else changes."""
-    ffi = sys.modules.get("llvmlite.binding.ffi")
-    table = getattr(getattr(ffi, "lib", None), "_fntab", None)
-    if isinstance(table, dict):
-        table.setdefault("__dict__", {})

@@ -33,6 +33,7 @@ from ..ports import free_port
 from ..rl.model import build_model, load_flat_parameters
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
+from .device_weights import sync_on_device
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState
 from .state import WorkerState
@@ -244,6 +245,17 @@ class LiveWorker(WorkerState):
         """
         start = time.perf_counter()
         source = self._role_map().trainer_ids[0]
+        if next(self.model.parameters()).is_cuda:
+            on_device = sync_on_device(
+                self._device_sync,
+                model_parameters=list(self.model.parameters()),
+                is_source=self.worker_id == source,
+                source=source,
+                group=self.sync_group,
+                load=lambda flat: self._take_weights(flat, weights_version),
+            )
+            if on_device is not None:
+                return on_device
         if self.worker_id == source:
             flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
         else:
@@ -252,19 +264,26 @@ class LiveWorker(WorkerState):
         payload = flat.view(torch.uint8)
         dist.broadcast(payload, src=source, group=self.sync_group)
         digest = weights_digest(flat) if self.worker_id == source else None
-        if self.rollout is not None and self._fault_stale_weights:
-            # injected fault: the label advances, the engine keeps the weights it had
-            digest = self.rollout.weights_digest
-            self.rollout.weights_version = weights_version
-        elif self.rollout is not None:
-            digest = self.engine.load(self.model, flat)
-            self.rollout.load_weights(flat, weights_version=weights_version, weights_digest=digest)
+        if self.rollout is not None:
+            digest = self._take_weights(flat, weights_version)
         return {
             "bytes": payload.numel(),
             "s": time.perf_counter() - start,
             "digest": digest,
             "source": self.worker_id == source,
         }
+
+    def _take_weights(self, flat: torch.Tensor, weights_version: int) -> str | None:
+        """A replica takes the synced weights into its engine (and model); the digest of what
+        its engine loaded."""
+        assert self.rollout is not None
+        if self._fault_stale_weights:
+            # injected fault: the label advances, the engine keeps the weights it had
+            self.rollout.weights_version = weights_version
+            return self.rollout.weights_digest
+        digest = self.engine.load(self.model, flat)
+        self.rollout.load_weights(flat, weights_version=weights_version, weights_digest=digest)
+        return digest
 
     def weights_fingerprint(self) -> str:
         """`rl.weights_digest` of this worker's model weights as they are now: on the first

@@ -27,6 +27,7 @@ from transformers import PreTrainedModel
 from ..config import LiveConfig
 from ..engines.build import EngineShape, ManagedEngine, build_engine
 from ..engines.config import EngineRelease
+from ..engines.device_share import fill_flat
 from ..engines.interface import SamplingParams
 from ..engines.process import EngineProcess
 from ..job.live_job import rollout_shape
@@ -80,11 +81,17 @@ class WorkerEngine:
         return self.config.in_child_process
 
     def prebuild(self, model: PreTrainedModel) -> float:
-        """`release: keep`: build the engine now (at setup, on a trainer), so that no resize
-        starts one; seconds taken, 0 where one is built already."""
-        if self.config.release is not EngineRelease.KEEP or self.engine is not None:
+        """`release: keep` or `sleep`: build the engine now (at setup, on a trainer), so that
+        no resize starts one; with `sleep` it is put to sleep at once, so a move into Rollout
+        is a wake and a weight load. Seconds taken, 0 where one is built already."""
+        held = (EngineRelease.KEEP, EngineRelease.SLEEP)
+        if self.config.release not in held or self.engine is not None:
             return 0.0
-        return self._start(model)
+        seconds = self._start(model)
+        if self.config.release is EngineRelease.SLEEP:
+            assert self.engine is not None
+            seconds += self.engine.release()
+        return seconds
 
     def acquire(self, model: PreTrainedModel) -> tuple[ManagedEngine, str]:
         """The engine, running and holding `model`'s weights, for a worker becoming a replica;
@@ -101,7 +108,15 @@ class WorkerEngine:
             # the engine computes with the model's own tensors: fingerprint them in place (a
             # host copy of the whole model would cost seconds on a GPU at every resize)
             return engine, parameters_digest(model.parameters())
-        flat = flat_model_weights(model)
+        if isinstance(engine, EngineProcess):
+            # the model's weights straight into the buffer the engine process maps (on CUDA a
+            # device buffer): no host copy of the model on a resize's path
+            parameters = list(model.parameters())
+            numel = sum(p.numel() for p in parameters)
+            first = parameters[0]
+            flat = fill_flat(engine.staging_tensor(numel, first.dtype, first.device), parameters)
+        else:
+            flat = flat_model_weights(model)
         engine.load_weights(flat)
         return engine, loaded_digest(engine, flat)
 

@@ -17,6 +17,7 @@ from dynaresize.traces.phases import Role
 
 from ..config import DeviceKind, LiveConfig
 from ..roles import RoleMap
+from .device_weights import DeviceWeightSync
 from .engine import WorkerEngine
 from .rollout import RolloutRole, sampling_params
 from .trainer import TrainerRole
@@ -38,6 +39,8 @@ class WorkerState:
             self.config, worker_id=worker_id, params=sampling_params(self.config)
         )
         """The rollout engine, which outlives the Rollout role (`rollout_engine.release`)."""
+        self._device_sync = DeviceWeightSync()
+        """This worker's side of the weight sync by CUDA IPC (published or mapped buffers)."""
         self.roles: RoleMap | None = None
         self.train_group: dist.ProcessGroup | None = None
         self.sync_group: dist.ProcessGroup | None = None

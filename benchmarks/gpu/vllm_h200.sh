@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# vLLM on one H200, unattended: the CUDA tests, the engine benchmark, the live runs with vLLM
+# (release: sleep and destroy) and calibrate -> validate on two of them. Run from the repository
+# root after vLLM is installed and `. /tmp/site/env.sh` (PYTHONPATH and vLLM's environment):
+#
+#   bash benchmarks/gpu/vllm_h200.sh [PARTS]   PARTS: comma-separated, default tests,bench-1.5b
+#     tests       pytest tests/executor/test_vllm_cuda.py (3 engine processes)         ~3 min
+#     bench-1.5b  benchmarks/bench_vllm_h200.py --shape 1.5b                           ~4 min
+#     bench-0.5b  the same, 0.5b shape (bench: both)                                   ~4 min
+#     live-sleep  benchmarks/bench_live.py --device cuda --engine vllm --release sleep ~3 min
+#     live-destroy  the same with --release destroy (live: both)                      ~3 min
+#     loop        a second sleep run with another schedule, then `dynaresize calibrate` on
+#                 the live-sleep run and `validate` on the second (needs live-sleep in the
+#                 same call)                                                            ~4 min
+#     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
+#
+# One call must stay under the machine's 10 minutes a command, so split the parts over calls:
+#   1. tests,bench-1.5b   2. live-sleep,loop   3. live-destroy,bench-0.5b   4. semantics
+# Every step runs under `timeout` (its own limit, or what is left of the call's BUDGET_S,
+# default 540 s); a step that fails or runs out is logged and the next one runs; a part that
+# does not fit in what is left is skipped and logged. The live runs take LIVE_STEPS (4) steps.
+# Two calls' engine figures merge with
+#   python benchmarks/bench_vllm_h200.py --merge A/vllm_h200.json B/vllm_h200.json
+# (into benchmarks/results/vllm_h200.json and .md). Everything lands in $OUT (at most 8 files):
+#   steps.log            each step: command, exit status, seconds
+#   tests.log            pytest's reports                bench.log   the benchmark's output
+#   vllm_h200.json, .md  the engine figures per shape
+#   live.json, live.md   the live runs' summaries         loop.txt    live logs, calibrate, validate
+set -uo pipefail
+PARTS=${1:-tests,bench-1.5b}
+OUT=${OUT:-$(mktemp -d)}
+PY=${PYTHON:-python3}
+BUDGET_S=${BUDGET_S:-540}
+START=$(date +%s)
+SCRATCH=$(mktemp -d /tmp/vllm_h200.XXXXXX)
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1
+
+left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+
+# step NAME LIMIT_S LOG COMMAND...: run COMMAND under `timeout` (LIMIT_S or what is left),
+# appending its output to LOG; never stops the script.
+step() {
+    local name=$1 limit=$2 log=$3; shift 3
+    local rest; rest=$(left)
+    if (( rest < 30 )); then
+        echo "SKIP $name: ${rest} s of the budget left" | tee -a "$OUT/steps.log"; return 0
+    fi
+    (( limit > rest )) && limit=$rest
+    local begin; begin=$(date +%s)
+    echo "== $name: $* (limit ${limit} s)" | tee -a "$OUT/steps.log" >> "$log"
+    timeout -k 20 "$limit" "$@" >> "$log" 2>&1
+    local rc=$?
+    echo "   $name: exit $rc after $(( $(date +%s) - begin )) s" | tee -a "$OUT/steps.log"
+    return 0
+}
+
+has() { [[ ",$PARTS," == *",$1,"* ]]; }
+
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv >> "$OUT/steps.log" 2>&1
+$PY -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
+    >> "$OUT/steps.log" 2>&1
+
+if has tests; then
+    step tests 240 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+        tests/executor/test_vllm_cuda.py
+fi
+
+if has semantics; then
+    step semantics 420 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+        tests/executor/test_live_vllm_cuda.py
+fi
+
+for shape in 1.5b 0.5b; do
+    if has bench || has "bench-$shape"; then
+        step "bench_$shape" 280 "$OUT/bench.log" $PY benchmarks/bench_vllm_h200.py \
+            --shape "$shape" --out "$OUT/vllm_h200.json"
+    fi
+done
+
+live() {  # NAME RELEASE [more bench_live arguments]
+    local name=$1 release=$2; shift 2
+    step "live_$name" 300 "$OUT/loop.txt" $PY benchmarks/bench_live.py --device cuda \
+        --engine vllm --release "$release" --tag "$name" --out-dir "$SCRATCH/results" \
+        --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" "$@"
+}
+
+if has live || has live-sleep; then live vllm_sleep sleep; fi
+if has live || has live-destroy; then live vllm_destroy destroy; fi
+
+if has loop; then
+    [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep
+    live vllm_sleep_other sleep --schedule "1@1:3;3@3:1"
+    step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
+        --trace "$SCRATCH/run_vllm_sleep/trace" --out "$SCRATCH/costs.yaml"
+    step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \
+        --trace "$SCRATCH/run_vllm_sleep_other/trace" --costs "$SCRATCH/costs.yaml" \
+        --out "$SCRATCH/validate" --gpu-memory-gb 141
+    { echo "== costs.yaml"; cat "$SCRATCH/costs.yaml"; echo "== validate"
+      find "$SCRATCH/validate" -maxdepth 1 -type f \( -name '*.md' -o -name '*.txt' -o -name '*.json' \) \
+          -exec sh -c 'echo "-- $1"; head -c 20000 "$1"' _ {} \; ; } >> "$OUT/loop.txt" 2>&1
+fi
+
+# the live summaries, merged into two files
+if compgen -G "$SCRATCH/results/live_*.json" > /dev/null; then
+    $PY - "$SCRATCH/results" "$OUT" <<'PY'
+import json, pathlib, sys
+src, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+runs = {p.stem.removeprefix("live_"): json.loads(p.read_text()) for p in sorted(src.glob("live_*.json"))}
+(out / "live.json").write_text(json.dumps(runs, indent=2))
+(out / "live.md").write_text("\n\n".join(p.read_text() for p in sorted(src.glob("live_*.md"))))
+PY
+fi
+rm -rf "$SCRATCH"
+echo "done in $(( $(date +%s) - START )) s" | tee -a "$OUT/steps.log"
