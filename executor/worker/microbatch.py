@@ -145,7 +145,7 @@ def response_logprobs(
     if model_type not in PLAIN_HEAD_MODEL_TYPES or head is None or decoder is None:
         full = grpo.token_logprobs(model, batch)  # [rows, T], 0 at t = 0
         return full.reshape(-1).index_select(0, positions)
-    hidden = decoder(input_ids=batch.input_ids).last_hidden_state
+    hidden = decoder(input_ids=batch.input_ids, use_cache=False).last_hidden_state
     picked = hidden.reshape(rows * width, -1).index_select(0, positions - 1)
     parts = []
     for lo in range(0, picked.shape[0], chunk_tokens):

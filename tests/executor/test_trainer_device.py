@@ -21,9 +21,10 @@ from dynaresize.executor.rl import grpo
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.task import TOKENIZER
 from dynaresize.executor.testing.trainer_ranks import GroupJob, run_group
-from dynaresize.executor.worker.collectives import CollectivePath
+from dynaresize.executor.worker.collectives import CollectivePath, choose_path, collective_note
 from dynaresize.executor.worker.microbatch import (
     length_buckets,
+    micro_batch_token_budget,
     response_logprobs,
     response_positions,
 )
@@ -128,3 +129,34 @@ def test_length_buckets_cover_every_sample_once_within_the_budget(
             assert len(bucket) * longest <= max_tokens
         if max_rows is not None:
             assert len(bucket) <= max_rows
+
+
+def test_the_collective_path_follows_where_the_trainers_are() -> None:
+    one = choose_path(["gpu-a"], device_type="cuda")
+    assert one.path is CollectivePath.NONE and one.backend is None
+    shared = choose_path(["gpu-a", "gpu-a"], device_type="cuda")
+    assert (shared.path, shared.backend) == (CollectivePath.HOST, "gloo")
+    distinct = choose_path(["gpu-a", "gpu-b"], device_type="cuda")
+    assert (distinct.path, distinct.backend) == (CollectivePath.DEVICE, "nccl")
+    cpu = choose_path(["cpu", "cpu", "cpu"], device_type="cpu")
+    assert (cpu.path, cpu.backend) == (CollectivePath.DEVICE, "gloo")
+    assert "host/gloo" in collective_note(device_type="cuda", num_workers=4, num_gpus=1)
+    assert "device/nccl" in collective_note(device_type="cuda", num_workers=4, num_gpus=4)
+
+
+def test_the_memory_check_sizes_micro_batches_by_free_memory_and_sharing() -> None:
+    model = build_model(LIVE.model)
+    cpu = torch.device("cpu")
+    assert micro_batch_token_budget(model, cpu, checkpointing=False, sharing_trainers=1) is None
+    free = 8 << 30
+    alone = micro_batch_token_budget(
+        model, cpu, checkpointing=False, sharing_trainers=1, free_bytes=free
+    )
+    shared = micro_batch_token_budget(
+        model, cpu, checkpointing=False, sharing_trainers=2, free_bytes=free
+    )
+    recomputed = micro_batch_token_budget(
+        model, cpu, checkpointing=True, sharing_trainers=1, free_bytes=free
+    )
+    assert alone is not None and shared is not None and recomputed is not None
+    assert shared < alone < recomputed
