@@ -123,29 +123,27 @@ def run_case(case: dict[str, Any], *, device: str, steps: int, checkpointing: bo
     from dynaresize.executor.rl.model import build_model
     from dynaresize.executor.rl.model_spec import ModelSpec
     from dynaresize.executor.rl.settings import ObjectiveSettings, OptimizerSettings
-    from dynaresize.executor.worker.shards import ShardLayout
-    from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
+    from dynaresize.executor.testing.trainer_ranks import single_trainer
+    from dynaresize.executor.worker.trainer import flat_numel
 
-    dev = torch.device(device)
+    dev = (
+        torch.device("cuda", torch.cuda.current_device())
+        if device == "cuda"
+        else torch.device(device)
+    )
     dtype = "bfloat16" if device == "cuda" else "float32"
     spec = ModelSpec.model_validate({"config": shapes()[case["shape"]], "dtype": dtype})
     built = time.perf_counter()
     model = build_model(spec, device=dev).requires_grad_(True)
     build_s = time.perf_counter() - built
-    trainer = TrainerRole(
-        worker_id=0,
-        model=model,
-        device=dev,
+    trainer = single_trainer(
+        model,
+        dev,
         settings=OptimizerSettings(lr=1e-6),
         objective=ObjectiveSettings(),
         micro_batch_samples=16,
         activation_checkpointing=checkpointing,
     )
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=flat_numel(model), num_ranks=1))
-    trainer.load_weights(
-        torch.cat([p.detach().reshape(-1).float() for p in model.parameters()]), optimizer_step=0
-    )
-    trainer.load_moments({})
     samples = synthetic_samples(
         case["rows"], case["prompt"], case["response"], model.config.vocab_size
     )

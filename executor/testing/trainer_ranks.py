@@ -63,6 +63,7 @@ def _rank_main(rank: int, num_ranks: int, folder: str, job: GroupJob) -> None:
     torch.set_num_threads(1)
     device = torch.device(job.device)
     if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
     group = None
     if num_ranks > 1:
@@ -107,12 +108,26 @@ def _rank_main(rank: int, num_ranks: int, folder: str, job: GroupJob) -> None:
             dist.destroy_process_group()
 
 
+def load_initial_weights(trainer: TrainerRole) -> None:
+    """The rank's slice of its model's own weights, no moments (a first start)."""
+    flat = torch.cat([p.detach().reshape(-1).float() for p in trainer.model.parameters()])
+    lo, hi = trainer.layout.bounds(trainer.rank)
+    trainer.load_weights(flat[lo:hi], optimizer_step=0)
+    trainer.load_moments({})
+
+
+def single_trainer(model: torch.nn.Module, device: torch.device, **settings) -> TrainerRole:
+    """One trainer rank (no group) on `model`'s own initial weights; `settings` are
+    `TrainerRole`'s keyword arguments besides the model and device."""
+    trainer = TrainerRole(worker_id=0, model=model, device=device, **settings)
+    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=flat_numel(model), num_ranks=1))
+    load_initial_weights(trainer)
+    return trainer
+
+
 def _load_start(trainer: TrainerRole, job: GroupJob) -> None:
     if job.start is None:
-        flat = torch.cat([p.detach().reshape(-1).float() for p in trainer.model.parameters()])
-        lo, hi = trainer.layout.bounds(trainer.rank)
-        trainer.load_weights(flat[lo:hi], optimizer_step=0)
-        trainer.load_moments({})
+        load_initial_weights(trainer)
         return
     shard = shards_from_full(job.start, trainer.layout, optimizer_step=job.start_step)
     mine = shard[trainer.rank]

@@ -95,7 +95,8 @@ def micro_batch_token_budget(
     if device.type != "cuda" and free_bytes is None:
         return None
     if free_bytes is None:
-        free_bytes, _ = torch.cuda.mem_get_info(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        free_bytes, _ = torch.cuda.mem_get_info(index)
     dtype_bytes = next(model.parameters()).element_size()
     per_token = activation_bytes_per_token(
         getattr(model, "config", None), dtype_bytes=dtype_bytes, checkpointing=checkpointing

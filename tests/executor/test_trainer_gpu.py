@@ -14,9 +14,8 @@ import torch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
-from dynaresize.executor.testing.trainer_ranks import GroupJob, run_group
-from dynaresize.executor.worker.shards import ShardLayout
-from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
+from dynaresize.executor.testing.trainer_ranks import GroupJob, run_group, single_trainer
+from dynaresize.executor.worker.trainer import TrainerRole
 from tests.host_reference_trainer import HostReferenceTrainer
 from tests.trainer_samples import synthetic_batch
 
@@ -55,20 +54,13 @@ def _tokens(batch) -> int:
 
 def _one_trainer(dtype: str) -> TrainerRole:
     device = torch.device("cuda", torch.cuda.current_device())
-    model = build_model(_spec(dtype), device=device).requires_grad_(True)
-    trainer = TrainerRole(
-        worker_id=0,
-        model=model,
-        device=device,
+    return single_trainer(
+        build_model(_spec(dtype), device=device).requires_grad_(True),
+        device,
         settings=LIVE.optimizer,
         objective=LIVE.objective,
         micro_batch_samples=LIVE.micro_batch_samples,
     )
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=flat_numel(model), num_ranks=1))
-    flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-    trainer.load_weights(flat, optimizer_step=0)
-    trainer.load_moments({})
-    return trainer
 
 
 def _memcpy_events(prof) -> dict[str, int]:
