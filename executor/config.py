@@ -182,7 +182,21 @@ class LiveConfig(BaseModel):
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature.")
     top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling threshold.")
     micro_batch_samples: int = Field(
-        default=16, ge=1, description="Samples per forward/backward micro-batch on a trainer."
+        default=16,
+        ge=1,
+        description="Samples per forward/backward micro-batch on a trainer where no token "
+        "budget applies (a CPU trainer without micro_batch_tokens).",
+    )
+    micro_batch_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Token budget (rows x padded length) of one micro-batch of length-bucketed "
+        "samples; None: from the device's free memory on CUDA, micro_batch_samples rows on a CPU.",
+    )
+    activation_checkpointing: bool = Field(
+        default=False,
+        description="Recompute each decoder layer in the backward pass: far less activation "
+        "memory for long responses, for about a third more compute.",
     )
     seed: int = Field(default=0, ge=0, description="Seed of model init, prompts and sampling.")
     pipeline: PipelineMode = Field(

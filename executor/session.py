@@ -60,6 +60,7 @@ from .step_records import (
 from .strategies.catalog import STRATEGIES, build_strategy
 from .strategies.strategy import PhaseTiming, ResizeStrategy
 from .worker.actor import LiveWorker
+from .worker.collectives import collective_note
 from .worker.engine import check_sync_digests
 from .worker.rollout import RolloutReport, collect_batch
 from .worker.shards import full_vectors
@@ -143,6 +144,11 @@ class LiveSession:
             notes=[
                 self.observer.prior_note,
                 *node_notes(setup.worker_infos),
+                collective_note(
+                    device_type=live.device.value,
+                    num_workers=live.num_workers,
+                    num_gpus=live.num_gpus,
+                ),
                 *notes,
                 *(self.prompts.notes() if live.data is not None else []),
             ],

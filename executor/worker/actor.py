@@ -30,9 +30,10 @@ from ..batch import RolloutSample
 from ..job.live_job import replica_scorer, rollout_shape
 from ..job.prompt_source import PromptItem
 from ..ports import free_port
-from ..rl.model import build_model, load_flat_parameters
+from ..rl.model import build_model
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
+from .collectives import choose_path, device_key
 from .device_weights import sync_on_device
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState
@@ -148,6 +149,8 @@ class LiveWorker(WorkerState):
                 settings=self.config.optimizer,
                 objective=self.config.objective,
                 micro_batch_samples=self.config.micro_batch_samples,
+                micro_batch_tokens=self.config.micro_batch_tokens,
+                activation_checkpointing=self.config.activation_checkpointing,
             )
         else:
             self.rollout = self._build_rollout_role(weights_version)
@@ -186,10 +189,38 @@ class LiveWorker(WorkerState):
         )
 
     def bind_trainer_rank(self) -> None:
+        """Take this worker's trainer rank of the current split, and the collective path of
+        its trainer group (a collective over the trainer group: every trainer calls it)."""
         roles = self._role_map()
         rank = roles.trainer_rank(self.worker_id)
         layout = ShardLayout(numel=flat_numel(self.model), num_ranks=roles.num_trainers)
-        self._trainer().bind(group=self.train_group, rank=rank, layout=layout)
+        keys: list[str] = [device_key(self.device)]
+        if roles.num_trainers > 1:
+            keys = [""] * roles.num_trainers
+            dist.all_gather_object(keys, device_key(self.device), group=self.train_group)
+        choice = choose_path(keys, device_type=self.device.type)
+        group = self.train_group
+        if choice.backend == "nccl":
+            group = self._nccl_group(roles.trainer_ids)
+        sharing = sum(key == keys[rank] for key in keys)
+        self._trainer().bind(
+            group=group, rank=rank, layout=layout, path=choice, sharing_trainers=sharing
+        )
+
+    def _nccl_group(self, trainer_ids: tuple[int, ...]) -> dist.ProcessGroup:
+        """The NCCL group of these trainers on distinct GPUs, built by its members only and
+        kept for later splits with the same trainers."""
+        cache: dict[tuple[int, ...], dist.ProcessGroup] = self.__dict__.setdefault(
+            "_nccl_groups", {}
+        )
+        if trainer_ids not in cache:
+            group = dist.new_group(
+                list(trainer_ids), backend="nccl", use_local_synchronization=True
+            )
+            if group is None or group is dist.GroupMember.NON_GROUP_MEMBER:
+                raise RuntimeError(f"worker {self.worker_id}: no NCCL group of {trainer_ids}")
+            cache[trainer_ids] = group
+        return cache[trainer_ids]
 
     # --- trainer state -------------------------------------------------------------------
 
@@ -224,7 +255,7 @@ class LiveWorker(WorkerState):
     def refresh_model_from_master(self) -> float:
         """All-gather the master slices into the model (trainer-group collective)."""
         start = time.perf_counter()
-        load_flat_parameters(self.model, self._trainer().gather_master())
+        self._trainer().refresh_model()
         return time.perf_counter() - start
 
     # --- one step ------------------------------------------------------------------------

@@ -306,7 +306,9 @@ class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
 
 
 def _adam_state(moments: dict[str, torch.Tensor], optimizer_step: int) -> dict[str, Any]:
-    """AdamW's per-parameter state: the moments and the step count they belong to."""
+    """AdamW's per-parameter state: the moments and the step count they belong to (on the
+    moments' device, where the trainer's fused update wants it)."""
     state: dict[str, Any] = dict(moments)
-    state["step"] = torch.tensor(float(optimizer_step))
+    device = next(iter(moments.values())).device if moments else None
+    state["step"] = torch.tensor(float(optimizer_step), device=device)
     return state

@@ -2,13 +2,14 @@
 
 Each trainer holds the whole model for forward and backward, but the fp32 master weights and the
 AdamW moments only for its contiguous slice of the flat parameter vector (`shards.ShardLayout`).
-One step: local gradients on this rank's share of the batch, an all-reduce of the flat gradient
-over the trainer group, the AdamW update of the own slice, and an all-gather of the updated slices
-into the model. A resize re-cuts the slices (see `strategies/`), so state really moves between
-ranks when the number of trainers changes.
-
-Collectives run on host tensors over gloo: on CPU that is the only choice, and on one shared GPU
-NCCL cannot join two ranks on the same device.
+One step: gradients of this rank's share of the batch (length-bucketed micro-batches,
+`microbatch.py`) accumulated in fp32 into one flat buffer on the device, an all-reduce of that
+buffer over the trainer group, the AdamW update (fused on CUDA) of the own slice on the device,
+and an all-gather of the updated slices back into the model's parameters. Nothing of the step
+goes through host memory unless trainers share one GPU (`collectives.py` picks the path); the
+step's few figures (loss, gradient norm, log-prob gap) are read once, at its end. A resize
+re-cuts the slices (see `strategies/`), so state really moves between ranks when the number of
+trainers changes; that is the only time master slices and moments visit the host.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ import torch
 import torch.distributed as dist
 
 from ..batch import RolloutSample
-from ..rl.model import load_flat_parameters
 from ..rl.settings import ObjectiveSettings, OptimizerSettings
+from ..rl.task import TOKENIZER
+from .collectives import PathChoice, TrainerCollectives, choose_path
 from .deferred_optimizer import DeferredOptimizerState
-from .objective import LogprobGap, microbatch_loss_and_gap
+from .microbatch import NUM_STATS, length_buckets, micro_batch_token_budget, microbatch_backward
+from .objective import LogprobGap, pack
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
 
 
@@ -48,15 +51,6 @@ def flat_numel(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def flat_gradient(model: torch.nn.Module) -> torch.Tensor:
-    """All gradients in `parameters()` order as one fp32 host vector (zeros where none)."""
-    parts = []
-    for param in model.parameters():
-        grad = param.grad if param.grad is not None else torch.zeros_like(param)
-        parts.append(grad.detach().reshape(-1).to(device="cpu", dtype=torch.float32))
-    return torch.cat(parts)
-
-
 class TrainerRole:
     """One trainer rank. Built on the worker's model; dropped when the worker changes role."""
 
@@ -69,6 +63,8 @@ class TrainerRole:
         settings: OptimizerSettings,
         objective: ObjectiveSettings,
         micro_batch_samples: int,
+        micro_batch_tokens: int | None = None,
+        activation_checkpointing: bool = False,
     ) -> None:
         self.worker_id = worker_id
         self.model = model
@@ -76,15 +72,28 @@ class TrainerRole:
         self.settings = settings
         self.objective = objective
         self.micro_batch_samples = micro_batch_samples
+        self.micro_batch_tokens = micro_batch_tokens
+        """Token budget of one micro-batch; None: from the memory check on CUDA, and
+        `micro_batch_samples` rows on a CPU."""
+        self.activation_checkpointing = activation_checkpointing
+        enable = getattr(model, "gradient_checkpointing_enable", None)
+        if activation_checkpointing and callable(enable):
+            enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.group: dist.ProcessGroup | None = None
         self.rank = 0
         self.layout = ShardLayout(numel=flat_numel(model), num_ranks=1)
+        self.collectives = TrainerCollectives(choose_path(["one"], device_type=device.type), None)
+        self.sharing_trainers = 1
+        """Trainers of the group on this trainer's device (the memory check divides by it)."""
         self.master: torch.nn.Parameter | None = None
         self.optimizer: torch.optim.AdamW | None = None
         self.optimizer_step = 0
         self.deferred_moments: DeferredOptimizerState | None = None
         """Moments still loading in the background after a resize; the first optimizer step
         and any export before it wait for them."""
+        self._flat: torch.Tensor | None = None
+        """fp32 buffer of num_ranks x padded slice elements on the device: the gradient while
+        the step accumulates and reduces, then the gathered master weights."""
 
     # --- state ---------------------------------------------------------------------------
 
@@ -94,9 +103,37 @@ class TrainerRole:
             raise RuntimeError(f"trainer {self.worker_id} has no weights loaded yet")
         return self.master, self.optimizer
 
-    def bind(self, *, group: dist.ProcessGroup | None, rank: int, layout: ShardLayout) -> None:
-        """Join a trainer group as `rank` of `layout.num_ranks` (state comes with load_shard)."""
+    def bind(
+        self,
+        *,
+        group: dist.ProcessGroup | None,
+        rank: int,
+        layout: ShardLayout,
+        path: PathChoice | None = None,
+        sharing_trainers: int = 1,
+    ) -> None:
+        """Join a trainer group as `rank` of `layout.num_ranks` (state comes with load_shard).
+        `path`: how the group's collectives run (default: none for one rank, else on the
+        group's tensors as they are, which is right for CPU trainers)."""
+        if path is None:
+            keys = ["cpu"] * layout.num_ranks
+            path = choose_path(keys, device_type="cpu")
         self.group, self.rank, self.layout = group, rank, layout
+        self.collectives = TrainerCollectives(path, group)
+        self.sharing_trainers = sharing_trainers
+        self._flat = None
+
+    def _new_optimizer(self, master: torch.nn.Parameter) -> torch.optim.AdamW:
+        s = self.settings
+        fused = self.device.type == "cuda"
+        return torch.optim.AdamW(
+            [master],
+            lr=s.lr,
+            betas=s.betas,
+            eps=s.eps,
+            weight_decay=s.weight_decay,
+            fused=fused or None,
+        )
 
     def load_weights(self, shard_master: torch.Tensor, *, optimizer_step: int) -> None:
         """Take this rank's fp32 master slice (the weights part of a shard)."""
@@ -105,11 +142,17 @@ class TrainerRole:
             raise ValueError(f"master slice has {shard_master.numel()} elements, want {expected}")
         data = shard_master.to(self.device, dtype=torch.float32, copy=True)
         self.master = torch.nn.Parameter(data)
-        s = self.settings
-        self.optimizer = torch.optim.AdamW(
-            [self.master], lr=s.lr, betas=s.betas, eps=s.eps, weight_decay=s.weight_decay
-        )
+        self.optimizer = self._new_optimizer(self.master)
         self.optimizer_step = optimizer_step
+
+    def adam_state(self, moments: dict[str, torch.Tensor], optimizer_step: int) -> dict:
+        """AdamW's state of the master slice: the moments on the device and the step count
+        (a device tensor, which the fused update wants)."""
+        state: dict = {
+            k: moments[k].to(self.device, dtype=torch.float32, copy=True) for k in moments
+        }
+        state["step"] = torch.tensor(float(optimizer_step), device=self.device)
+        return state
 
     def load_moments(self, moments: dict[str, torch.Tensor]) -> None:
         """Take this rank's AdamW moments; before the first step there are none to take."""
@@ -117,9 +160,7 @@ class TrainerRole:
         if self.optimizer_step == 0:
             optimizer.state.pop(master, None)
             return
-        state = {k: moments[k].to(self.device, dtype=torch.float32, copy=True) for k in moments}
-        state["step"] = torch.tensor(float(self.optimizer_step))
-        optimizer.state[master] = state
+        optimizer.state[master] = self.adam_state(moments, self.optimizer_step)
 
     def load_shard(self, shard: ShardState) -> None:
         if shard.layout != self.layout or shard.rank != self.rank:
@@ -162,39 +203,10 @@ class TrainerRole:
         rank's loss is a sum over its tokens divided by that one number, so the all-reduced
         gradient is the whole batch's gradient whatever the split.
         """
-        master, optimizer = self.master_and_optimizer()
         start = time.perf_counter()
         version = self.optimizer_step
-        self.model.train()
-        self.model.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        gap = LogprobGap()
-        for first in range(0, len(samples), self.micro_batch_samples):
-            micro = samples[first : first + self.micro_batch_samples]
-            loss, micro_gap = microbatch_loss_and_gap(
-                self.model,
-                micro,
-                device=self.device,
-                num_batch_tokens=num_batch_tokens,
-                settings=self.objective,
-            )
-            loss.backward()
-            loss_sum += float(loss.detach())
-            gap = gap + micro_gap
-        grad = flat_gradient(self.model)
-        self.model.zero_grad(set_to_none=True)
-        if self.layout.num_ranks > 1:
-            dist.all_reduce(grad, group=self.group)
-        grad_norm = float(grad.norm())
-        if self.settings.grad_clip_norm is not None:
-            grad.mul_(min(1.0, self.settings.grad_clip_norm / (grad_norm + 1e-6)))
-        lo, hi = self.layout.bounds(self.rank)
-        master.grad = grad[lo:hi].to(self.device)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        self.optimizer_step += 1
-        load_flat_parameters(self.model, self.gather_master())
-        self.model.eval()
+        figures = self.step(samples, num_batch_tokens=num_batch_tokens)
+        loss_sum, gap_sum, gap_tokens, grad_norm = figures.tolist()  # the step's one read
         return TrainReport(
             worker_id=self.worker_id,
             rank=self.rank,
@@ -203,18 +215,96 @@ class TrainerRole:
             loss_sum=loss_sum,
             grad_norm=grad_norm,
             consumed=tuple(s.key for s in samples),
-            logprob_gap=gap,
+            logprob_gap=LogprobGap(gap_sum, round(gap_tokens)),
         )
 
-    def gather_master(self) -> torch.Tensor:
-        """Every rank's master slice, concatenated into the whole fp32 vector (host)."""
+    def step(self, samples: list[RolloutSample], *, num_batch_tokens: int) -> torch.Tensor:
+        """The step without reading anything back: returns the device tensor [loss sum, gap
+        sum, gap tokens, gradient norm]. Moves nothing to host memory on the none and device
+        paths (a CUDA test counts the copies)."""
+        master, optimizer = self.master_and_optimizer()
+        flat = self._flat_buffer()
+        grads = flat[: self.layout.numel]
+        grads.zero_()
+        views = self._views(grads)
+        stats = torch.zeros(NUM_STATS + 1, dtype=torch.float32, device=self.device)
+        self.model.train()
+        self.model.zero_grad(set_to_none=True)
+        for micro in self.micro_batches(samples):
+            batch = pack(micro, device=self.device, pad_token_id=TOKENIZER.pad_token_id)
+            microbatch_backward(
+                self.model,
+                micro,
+                batch,
+                num_batch_tokens=num_batch_tokens,
+                settings=self.objective,
+                stats=stats,
+            )
+            self._accumulate(views)
+        self.collectives.all_reduce_(grads)
+        grad_norm = torch.linalg.vector_norm(grads)
+        stats[NUM_STATS] = grad_norm
+        if self.settings.grad_clip_norm is not None:
+            scale = (self.settings.grad_clip_norm / (grad_norm + 1e-6)).clamp(max=1.0)
+            grads.mul_(scale)
+        lo, hi = self.layout.bounds(self.rank)
+        master.grad = grads[lo:hi]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        self.optimizer_step += 1
+        self._gather_into_model(flat)
+        self.model.eval()
+        return stats
+
+    def micro_batches(self, samples: list[RolloutSample]) -> list[list[RolloutSample]]:
+        """This step's micro-batches: length buckets within the token budget (configured, or
+        from the memory check on CUDA), at most `micro_batch_samples` rows where no token
+        budget applies."""
+        budget = self.micro_batch_tokens
+        if budget is None:
+            budget = micro_batch_token_budget(
+                self.model,
+                self.device,
+                checkpointing=self.activation_checkpointing,
+                sharing_trainers=self.sharing_trainers,
+            )
+        max_rows = self.micro_batch_samples if budget is None else None
+        buckets = length_buckets(
+            [s.num_tokens for s in samples], max_tokens=budget, max_rows=max_rows
+        )
+        return [[samples[i] for i in bucket] for bucket in buckets]
+
+    def refresh_model(self) -> None:
+        """All-gather the master slices into the model's parameters (trainer-group collective)."""
+        self._gather_into_model(self._flat_buffer())
+
+    def _flat_buffer(self) -> torch.Tensor:
+        size = self.layout.padded_shard_numel * self.layout.num_ranks
+        if self._flat is None or self._flat.numel() != size:
+            self._flat = torch.empty(size, dtype=torch.float32, device=self.device)
+        return self._flat
+
+    def _views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        views, offset = [], 0
+        for param in self.model.parameters():
+            views.append(flat[offset : offset + param.numel()].view_as(param))
+            offset += param.numel()
+        return views
+
+    def _accumulate(self, views: list[torch.Tensor]) -> None:
+        """Add the micro-batch's gradients (the model's dtype) into the fp32 buffer and free
+        them: fp32 accumulation over micro-batches."""
+        params = self.model.parameters()
+        pairs = [(v, p.grad) for v, p in zip(views, params, strict=True) if p.grad is not None]
+        if pairs:
+            torch._foreach_add_([v for v, _ in pairs], [g for _, g in pairs])
+        self.model.zero_grad(set_to_none=True)
+
+    def _gather_into_model(self, flat: torch.Tensor) -> None:
         master, _ = self.master_and_optimizer()
-        mine = master.detach().to("cpu")
-        if self.layout.num_ranks == 1:
-            return mine
         size = self.layout.padded_shard_numel
-        padded = torch.zeros(size, dtype=torch.float32)
-        padded[: mine.numel()] = mine
-        parts = [torch.empty(size, dtype=torch.float32) for _ in range(self.layout.num_ranks)]
-        dist.all_gather(parts, padded, group=self.group)
-        return torch.cat(parts)[: self.layout.numel]
+        with torch.no_grad():
+            flat[self.rank * size : self.rank * size + master.numel()].copy_(master.detach())
+            self.collectives.all_gather_(flat, rank=self.rank)
+            params: list[torch.Tensor] = list(self.model.parameters())
+            torch._foreach_copy_(params, self._views(flat[: self.layout.numel]))
