@@ -241,6 +241,12 @@ def main() -> None:
     parser.add_argument(
         "--activation-checkpointing", action="store_true", help="Recompute decoder layers."
     )
+    parser.add_argument(
+        "--cases",
+        default=None,
+        help="Only these cases, comma-separated SHAPE:RESPONSE or SHAPE (e.g. "
+        "qwen2-1.5b:1024,0.63b); default: all.",
+    )
     args = parser.parse_args()
     import torch
 
@@ -252,7 +258,14 @@ def main() -> None:
     command = "python3 benchmarks/bench_trainer.py " + " ".join(sys.argv[1:])
     args.out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[dict] = []
-    for case in cases(args.device):
+    chosen = cases(args.device)
+    if args.cases:
+        wanted = set(args.cases.split(","))
+        chosen = [c for c in chosen if {c["shape"], f"{c['shape']}:{c['response']}"} & wanted]
+        if not chosen:
+            print(f"bench_trainer: --cases {args.cases!r} names no case", file=sys.stderr)
+            raise SystemExit(2)
+    for case in chosen:
         try:
             run = run_case(
                 case,
