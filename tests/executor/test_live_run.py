@@ -233,4 +233,7 @@ def test_records_are_readable_as_parquet_and_jsonl_alike(resized_run) -> None:
     jsonl = read_trace(out / "trace.jsonl")
     pd.testing.assert_frame_equal(parquet.steps, jsonl.steps)
     assert len(parquet.samples) == 6 * 16
+    # the built-in task's prompts name their source; they come from no dataset row
+    assert set(parquet.samples["data_source"]) == {"repeat"}
+    assert parquet.samples["extra_info_index"].isna().all()
     assert Path(out / "setup.json").is_file()
