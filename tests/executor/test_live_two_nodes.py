@@ -7,7 +7,8 @@
 - A worker of node_b killed in the middle of a move: the same clean stop, fault.json and
   `--resume` as on one node (tests/executor/test_live_faults.py).
 - No staging segment or pipe is left in either node's folders after either.
-- Bad input (an --address that does not answer, fewer CPUs in the cluster than the config asks,
+- Bad input (an --address that does not answer, a cluster that answers callers without Ray's
+  token, fewer CPUs in the cluster than the config asks,
   a node slot the cluster cannot hold): one error line, exit code 2, no run folder.
 
 Drivers run in processes of their own: a driver's Ray authentication is fixed for its process's
@@ -173,6 +174,20 @@ def test_an_address_that_does_not_answer_is_refused_with_one_line(tmp_path) -> N
     args = ["-m", "dynaresize.cli", "run", "--mode", "live", "--config", str(CONFIG)]
     done = _driver(None, [*args, "--address", address, "--out", str(out)], timeout_s=300)
     _one_error_line(done, expected=f"--address {address}: no Ray cluster answers there")
+    assert not out.exists()
+
+
+def test_a_cluster_that_answers_without_a_token_is_refused_with_one_line(tmp_path) -> None:
+    """The driver has its token settings right; the cluster's nodes run with authentication
+    off, so they would answer anyone: the run must not join it."""
+    from dynaresize.executor.testing.loopback_cluster import LoopbackCluster
+
+    out = tmp_path / "run"
+    args = ["-m", "dynaresize.cli", "run", "--mode", "live", "--config", str(CONFIG)]
+    with LoopbackCluster.of([("node_a", 1)], node_auth_mode="disabled") as open_cluster:
+        address = str(open_cluster.address)
+        done = _driver(open_cluster, [*args, "--address", address, "--out", str(out)], 300)
+    _one_error_line(done, expected=f"--address {address}: the cluster does not require Ray's")
     assert not out.exists()
 
 
