@@ -307,6 +307,11 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
     )
 
 
+def _kept_nothing(out: Path) -> bool:
+    """A fresh live run that stopped before its first step leaves its folder as it found it."""
+    return not out.is_dir() or not any(out.iterdir())
+
+
 def _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf) -> None:
     from dynaresize.config import (
         load_run_config,
@@ -368,7 +373,10 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
             )
         except (WorkerLostError, RewardFunctionError) as err:
             print(f"error: {err}", file=sys.stderr)
-            print(f"records and last checkpoint kept in {destination}; continue with --resume")
+            if _kept_nothing(destination):
+                print(f"the run stopped before its first step and left nothing in {destination}")
+            else:
+                print(f"records and last checkpoint kept in {destination}; continue with --resume")
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             from dynaresize.executor.cluster.shutdown import (
@@ -376,6 +384,9 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
                 interrupted_message,
             )
 
+            if _kept_nothing(destination):
+                print("interrupted before the first step: nothing kept", file=sys.stderr)
+                raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
             line = interrupted_message(
                 destination,
                 resume_command=_resume_command(
