@@ -245,6 +245,11 @@ class LoopbackCluster:
         """Node name by address (workers report their node's address)."""
         return {node.ip: node.name for node in self.nodes}
 
+    def node_pids(self) -> list[int]:
+        """Process ids of the nodes' `ray start` processes (every process of a node descends
+        from its own)."""
+        return [started.process.pid for started in self._started]
+
     def process_groups_alive(self) -> list[int]:
         """Process groups of the nodes this object started (running or stopped) that still
         have a live process: none after `stop()`."""
