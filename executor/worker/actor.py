@@ -103,22 +103,20 @@ class LiveWorker(WorkerState):
         `init_method` when given (a file on one machine), else at the TCP store worker 0 opened
         on `master_addr` (`open_rendezvous`)."""
         start = time.perf_counter()
-        if init_method is not None:
-            dist.init_process_group(
-                backend="gloo",
-                init_method=init_method,
-                rank=self.worker_id,
-                world_size=world_size,
-                timeout=COLLECTIVE_TIMEOUT,
-            )
-            return time.perf_counter() - start
-        store = self._world_store
-        if store is None:
-            store = dist.TCPStore(
-                master_addr, master_port, world_size, is_master=False, timeout=COLLECTIVE_TIMEOUT
-            )
+        store = None
+        if init_method is None:
+            store = self._world_store  # worker 0's own, after `open_rendezvous`
+            if store is None:
+                store = dist.TCPStore(
+                    master_addr,
+                    master_port,
+                    world_size,
+                    is_master=False,
+                    timeout=COLLECTIVE_TIMEOUT,
+                )
         dist.init_process_group(
             backend="gloo",
+            init_method=init_method,
             store=store,
             rank=self.worker_id,
             world_size=world_size,

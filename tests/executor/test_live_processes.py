@@ -237,14 +237,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     trace = read_trace(run.out / "trace")
     assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
     # the interrupted and resumed run ends bit for bit where a run never interrupted does
-    uninterrupted = runs("uninterrupted")
-    _, err = uninterrupted.communicate()
-    assert uninterrupted.process.returncode == 0, err
-    resumed_state = checkpoint.load(run.out).vectors
-    plain_state = checkpoint.load(uninterrupted.out).vectors
-    assert resumed_state.keys() == plain_state.keys()
-    for name, vector in plain_state.items():
-        assert torch.equal(resumed_state[name], vector), name
+    _ends_where_an_uninterrupted_run_does(runs, run.out)
     prewarm = trace.resizes[trace.resizes["phase"] == "comm_prewarm"]
     assert list(prewarm["comm_cache_hits"]) == [2]  # both groups of 1:2 came from the cache
     assert list(prewarm["comm_groups_built"]) == [0]
@@ -280,10 +273,16 @@ def test_a_killed_driver_leaves_nothing_and_resumes_bit_for_bit(runs) -> None:
     assert resumed.alive() == [] and resumed.staging() == []
     steps = read_trace(run.out / "trace").steps
     assert list(steps.step) == list(range(num_steps))  # none lost or repeated
-    uninterrupted = runs("uninterrupted", "--steps", str(num_steps))
+    _ends_where_an_uninterrupted_run_does(runs, run.out, "--steps", str(num_steps))
+
+
+def _ends_where_an_uninterrupted_run_does(runs, out: Path, *extra: str) -> None:
+    """The trainer state a resumed run ended with is bit for bit that of a run never
+    interrupted (a fresh one with the same `extra` arguments)."""
+    uninterrupted = runs("uninterrupted", *extra)
     _, err = uninterrupted.communicate()
     assert uninterrupted.process.returncode == 0, err
-    resumed_state = checkpoint.load(run.out).vectors
+    resumed_state = checkpoint.load(out).vectors
     plain_state = checkpoint.load(uninterrupted.out).vectors
     assert resumed_state.keys() == plain_state.keys()
     for name, vector in plain_state.items():
