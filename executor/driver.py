@@ -32,7 +32,7 @@ from .preflight import prepare_run
 from .run_folder import checkpoint as ckpt
 from .run_folder.resume_check import record_resume
 from .run_folder.run_log import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE
-from .run_folder.unstarted import entries_before, remove_added
+from .run_folder.unstarted import entries_before, kept_line, remove_added
 from .session import LiveResult, LiveSession, close_rollout_engines
 from .strategies.catalog import live_worker_class
 
@@ -44,6 +44,7 @@ __all__ = [
     "LiveResult",
     "LiveSession",
     "check_local_devices",
+    "kept_line",
     "live_section",
     "run_live",
 ]

@@ -307,11 +307,6 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
     )
 
 
-def _kept_nothing(out: Path) -> bool:
-    """A fresh live run that stopped before its first step leaves its folder as it found it."""
-    return not out.is_dir() or not any(out.iterdir())
-
-
 def _run_live(config, policy, costs, out, steps, seed, address, resume, export_hf) -> None:
     from dynaresize.config import (
         load_run_config,
@@ -356,7 +351,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         # Before anything imports transformers' models or starts Ray: a set of packages that
         # cannot run is one line naming the fix, not an import error in every worker.
         check_live_install("--mode live", uses_vllm=live.rollout_engine.kind.value == "vllm")
-        from dynaresize.executor.driver import run_live
+        from dynaresize.executor.driver import kept_line, run_live
 
         destination = out or default_out_dir(run_config.output.runs_dir)
         from dynaresize.executor.faults import WorkerLostError
@@ -373,10 +368,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
             )
         except (WorkerLostError, RewardFunctionError) as err:
             print(f"error: {err}", file=sys.stderr)
-            if _kept_nothing(destination):
-                print(f"the run stopped before its first step and left nothing in {destination}")
-            else:
-                print(f"records and last checkpoint kept in {destination}; continue with --resume")
+            print(kept_line(destination))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             from dynaresize.executor.cluster.shutdown import (
@@ -384,9 +376,6 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
                 interrupted_message,
             )
 
-            if _kept_nothing(destination):
-                print("interrupted before the first step: nothing kept", file=sys.stderr)
-                raise typer.Exit(INTERRUPTED_EXIT_CODE) from None
             line = interrupted_message(
                 destination,
                 resume_command=_resume_command(

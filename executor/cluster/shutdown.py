@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..run_folder.unstarted import kept_nothing
 from ..staging.ring import staging_entries, sweep_stale_pools
 from .watchdog import START_TIMEOUT_S
 
@@ -127,7 +128,10 @@ def bounded(step: Callable[[], object], *, what: str, limit_s: float = CLEANUP_S
 
 
 def interrupted_message(out: Path, *, resume_command: str) -> str:
-    """One line for a run stopped by Ctrl-C: records, the checkpoint, how to continue."""
+    """One line for a run stopped by Ctrl-C: records, the checkpoint, how to continue (or, before
+    the first step, that nothing was kept)."""
+    if kept_nothing(out):
+        return f"interrupted before the first step: nothing kept in {out}"
     meta = out / "checkpoint" / "meta.json"
     try:
         next_step = int(json.loads(meta.read_text())["next_step"])

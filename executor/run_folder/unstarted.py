@@ -38,3 +38,15 @@ def remove_added(out: Path, before: set[str] | None) -> None:
     if before is None:
         with contextlib.suppress(OSError):  # only if empty: something else may have arrived
             out.rmdir()
+
+
+def kept_nothing(out: Path) -> bool:
+    """Whether the run left nothing in `out` (no folder, or an empty one)."""
+    return not out.is_dir() or not any(out.iterdir())
+
+
+def kept_line(out: Path) -> str:
+    """The line after a run that a lost worker or a reward function stopped: what it kept."""
+    if kept_nothing(out):
+        return f"the run stopped before its first step and left nothing in {out}"
+    return f"records and last checkpoint kept in {out}; continue with --resume"
