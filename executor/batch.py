@@ -35,6 +35,11 @@ class RolloutSample:
     engine_logprobs: tuple[float, ...] | None = None
     """The engine's log-probability of each response token, when it reports them (the trainer
     recomputes its own; the difference is a health figure of the step)."""
+    data_source: str | None = None
+    """`data_source` of the prompt's dataset row (`repeat` for the built-in task), so the records
+    trace the sample back to the user's data; None in batches saved before it was kept."""
+    extra_info_index: str | None = None
+    """`extra_info.index` of that row, as text; None where the row has none."""
 
     @property
     def key(self) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from .preflight import prepare_run
 from .run_folder import checkpoint as ckpt
 from .run_folder.resume_check import record_resume
 from .run_folder.run_log import CONFIG_FILE, FAULT_FILE, SETUP_FILE, WORKERS_FILE
+from .run_folder.unstarted import entries_before, kept_line, remove_added
 from .session import LiveResult, LiveSession, close_rollout_engines
 from .strategies.catalog import live_worker_class
 
@@ -43,6 +44,7 @@ __all__ = [
     "LiveResult",
     "LiveSession",
     "check_local_devices",
+    "kept_line",
     "live_section",
     "run_live",
 ]
@@ -102,6 +104,7 @@ def run_live(
     except BaseException:
         guard.done()
         raise
+    before = entries_before(out)
     out.mkdir(parents=True, exist_ok=True)
     if resume_note is not None:
         record_resume(out, resume_note)
@@ -132,12 +135,18 @@ def run_live(
         result = session.run()
     except BaseException as err:
         with sigint_ignored():
-            write_fault(out / FAULT_FILE, err, runtime)
+            # a fresh run that took no step has nothing to resume: it leaves the folder as it
+            # found it, so that a retry starts without --resume
+            unstarted = restored is None and (session is None or not session.took_a_step)
+            if not unstarted:
+                write_fault(out / FAULT_FILE, err, runtime)
             # keep what was recorded, never hide the error that ended the run
             if session is not None:
                 session.close(quiet=True)
             else:
                 close_rollout_engines(runtime, quiet=True)
+            if unstarted:
+                remove_added(out, before)
         reward_error = _reward_error(err)
         if reward_error is not None:
             raise reward_error from None

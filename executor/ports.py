@@ -1,8 +1,7 @@
 """A TCP port that is free on this host right now.
 
-The worker side asks for one for the world group's rendezvous (`worker.actor`), the loopback
-test cluster for each of its Ray servers (`testing.loopback_cluster`); it imports nothing of the
-project, so either side can.
+The loopback test cluster (`testing.loopback_cluster`) asks for one for each of its Ray
+servers; it imports nothing of the project, so either side can.
 """
 
 from __future__ import annotations

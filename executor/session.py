@@ -207,6 +207,11 @@ class LiveSession:
         first = rt.roles.trainer_ids[0]
         return rt.call([first], LiveWorker.weights_fingerprint).wait("digest")[first]
 
+    @property
+    def took_a_step(self) -> bool:
+        """Whether a step has been recorded (by this run or, resumed, by the one before)."""
+        return self.log.recorder.has_steps
+
     def close(self, *, quiet: bool = False) -> None:
         """End the rollout engines, convert the records to Parquet. `quiet` (a run that failed):
         a problem is not raised over the error that ended the run; the JSONL records stay."""

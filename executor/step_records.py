@@ -105,6 +105,8 @@ def sample_records(step: int, batch: RolloutBatch) -> list[SampleRecord]:
             response_tokens=len(s.response_token_ids),
             device=s.generated_by_device,
             finish_s=None,
+            data_source=s.data_source,
+            extra_info_index=s.extra_info_index,
         )
         for i, s in enumerate(batch.samples)
     ]
@@ -129,6 +131,8 @@ def lineage_records(
                 consumed_by_device=report.worker_id,
                 trainer_weights_version=report.weights_version,
                 response_tokens=len(sample.response_token_ids),
+                data_source=sample.data_source,
+                extra_info_index=sample.extra_info_index,
             )
 
 

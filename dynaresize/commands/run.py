@@ -351,7 +351,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
         # Before anything imports transformers' models or starts Ray: a set of packages that
         # cannot run is one line naming the fix, not an import error in every worker.
         check_live_install("--mode live", uses_vllm=live.rollout_engine.kind.value == "vllm")
-        from dynaresize.executor.driver import run_live
+        from dynaresize.executor.driver import kept_line, run_live
 
         destination = out or default_out_dir(run_config.output.runs_dir)
         from dynaresize.executor.faults import WorkerLostError
@@ -368,7 +368,7 @@ def _run_live(config, policy, costs, out, steps, seed, address, resume, export_h
             )
         except (WorkerLostError, RewardFunctionError) as err:
             print(f"error: {err}", file=sys.stderr)
-            print(f"records and last checkpoint kept in {destination}; continue with --resume")
+            print(kept_line(destination))
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             from dynaresize.executor.cluster.shutdown import (

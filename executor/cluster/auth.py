@@ -5,6 +5,11 @@ starts or joins clusters that require Ray's token, and keeps that token where no
 read it: RAY_AUTH_TOKEN, or the file RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token names. A local run
 without a token writes a fresh one, readable by its owner only (Ray would write it readable by
 everyone). Every problem is one `ConfigError` line, before Ray starts.
+
+The driver's settings say only what the driver sends: a cluster whose nodes run with
+authentication off accepts the driver's token and anyone else's call alike. So a run that joins
+`--address` first asks the cluster's GCS for its cluster id with no token
+(`check_cluster_requires_token`) and joins only if the GCS refuses that call as unauthenticated.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import stat
 from pathlib import Path
 
 from dynaresize.config_io import ConfigError
+
+PROBE_TIMEOUT_S = 5.0
+"""How long the GCS has to answer the call without a token."""
 
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 AUTH_TOKEN_ENV = "RAY_AUTH_TOKEN"
@@ -75,3 +83,36 @@ def check_token_file(token_file: Path, *, where: str) -> None:
             f"{where}: Ray's token file {token_file} can be read by other users "
             f"(mode {stat.S_IMODE(mode_bits):o}); run chmod 600 {token_file}"
         )
+
+
+def anonymous_call_problem(gcs_address: str) -> str | None:
+    """Why the GCS at `gcs_address` (HOST:PORT) cannot be trusted to require Ray's token, or None
+    when it refused a call that carried no token as unauthenticated. The call is Ray's cheapest
+    (the cluster id), made on a bare gRPC channel that adds no token of its own."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    with grpc.insecure_channel(gcs_address) as channel:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        try:
+            request = gcs_service_pb2.GetClusterIdRequest()  # type: ignore[attr-defined]
+            stub.GetClusterId(request, timeout=PROBE_TIMEOUT_S)
+        except grpc.RpcError as err:
+            code = err.code()  # type: ignore[attr-defined]
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                return None
+            return (
+                f"could not confirm that it requires Ray's token: its GCS at {gcs_address} "
+                f"answered a call without one with {code.name}"
+            )
+    return (
+        f"the cluster does not require Ray's token: its GCS at {gcs_address} answered a call "
+        "that carried none; start its nodes with RAY_AUTH_MODE=token"
+    )
+
+
+def check_cluster_requires_token(address: str, gcs_address: str) -> None:
+    """Refuse, with one line, a cluster that answers callers without Ray's token."""
+    problem = anonymous_call_problem(gcs_address)
+    if problem is not None:
+        raise ConfigError(f"--address {address}: {problem}")

@@ -207,15 +207,22 @@ def _exiting_ray_workers() -> list[int]:
 def sweep_nodes(node_ids: Iterable[str], *, wait_s: float = SWEEP_WAIT_S) -> dict[str, int]:
     """Run the sweep on every given node (a zero-CPU task pinned there); segments removed by
     node. Best effort: a node that is gone has nothing left to sweep."""
+    nodes = list(node_ids)
     sweep = ray.remote(num_cpus=0, max_retries=0)(_sweep_here)
-    refs = {
-        node: sweep.options(
+    # The sweep may outlast its bound on a loaded machine and go on after the run has stopped
+    # Ray: a remote call then would start a new local Ray in this process (and a later
+    # ray.init in it crashed), so none is made once Ray is down.
+    refs = {}
+    for node in nodes:
+        if not ray.is_initialized():
+            break
+        refs[node] = sweep.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         ).remote(wait_s)
-        for node in node_ids
-    }
-    removed: dict[str, int] = {}
+    removed: dict[str, int] = {node: -1 for node in nodes}
     for node, ref in refs.items():
+        if not ray.is_initialized():
+            break
         try:
             removed[node] = int(ray.get(ref, timeout=wait_s + 60.0))
         except Exception:  # a dead node, or a cluster going down: nothing to do there

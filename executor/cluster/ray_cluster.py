@@ -28,7 +28,7 @@ from ..config import DeviceKind, LiveConfig
 from ..staging.ring import sweep_stale_pools
 from ..worker.actor import LiveWorker
 from . import placement
-from .auth import check_token_auth
+from .auth import check_cluster_requires_token, check_token_auth
 from .shutdown import bounded
 
 PLACEMENT_TIMEOUT_S = 120.0
@@ -63,7 +63,17 @@ def connect(*, address: str | None, config: LiveConfig) -> bool:
     runtime_env = {"env_vars": worker_env()}
     check_token_auth(address)
     if address is not None:
+        gcs_known = "://" not in address and address not in ("auto", "local")
+        if gcs_known:  # asked before the driver sends its token there
+            check_cluster_requires_token(address, address)
         ray.init(address=address, runtime_env=runtime_env, log_to_driver=True)
+        if not gcs_known:  # ray:// or a local cluster: ask from a node of the cluster
+            try:
+                gcs = ray.get(_cluster_gcs_address.remote())
+                check_cluster_requires_token(address, gcs)
+            except BaseException:
+                ray.shutdown()
+                raise
         return True
     num_cpus = max(int(os.cpu_count() or 1), int(config.num_workers * config.cpus_per_worker) + 1)
     kwargs: dict[str, Any] = {"num_cpus": num_cpus}
@@ -78,6 +88,12 @@ def connect(*, address: str | None, config: LiveConfig) -> bool:
         **kwargs,
     )
     return True
+
+
+@ray.remote(num_cpus=0)
+def _cluster_gcs_address() -> str:
+    """The GCS address as a node of the cluster sees it (a ray:// driver does not know it)."""
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def bundle_for(config: LiveConfig) -> dict[str, float]:

@@ -182,18 +182,22 @@ class Runtime:
 
     def form_world(self, *, master_addr: str) -> None:
         """Every worker joins one new world process group: through `rendezvous_file` when set
-        (one machine: nothing listens), else at a free port of worker 0 on `master_addr`."""
+        (one machine: nothing listens), else at a TCP store worker 0 opens on `master_addr`, its
+        node's cluster address, and on no other interface."""
+        init_method: str | None = None
+        port = 0
         if self.rendezvous_file is not None:
             self.worlds_formed += 1  # a new file per world: a dead world's file may remain
             init_method = f"file://{self.rendezvous_file}-{self.worlds_formed}"
         else:
-            port = self.call([0], LiveWorker.rendezvous_port).wait("finding a rendezvous port")[0]
-            init_method = f"tcp://{master_addr}:{port}"
+            port = self.call(
+                [0], LiveWorker.open_rendezvous, node_ip=master_addr, world_size=len(self.workers)
+            ).wait("opening the rendezvous")[0]
         self.call(
             self.all_ids,
             LiveWorker.join_world,
             master_addr=master_addr,
-            master_port=0,
+            master_port=port,
             world_size=len(self.workers),
             init_method=init_method,
         ).wait("joining the world group")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -28,7 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..run_folder.unstarted import kept_nothing
 from ..staging.ring import staging_entries, sweep_stale_pools
+from .watchdog import START_TIMEOUT_S
 
 CLEANUP_STEP_S = 20.0
 """Longest one cleanup step (releasing staging, stopping workers, stopping Ray) may take."""
@@ -55,13 +58,14 @@ class Guard:
             process = subprocess.Popen(
                 [sys.executable, "-m", "dynaresize.executor.cluster.watchdog", str(os.getpid())],
                 stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 env=env,
             )
         except OSError:
             return cls(None)
+        _wait_until_watching(process)
         return cls(process)
 
     def done(self) -> None:
@@ -74,6 +78,17 @@ class Guard:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
         self.process = None
+
+
+def _wait_until_watching(process: subprocess.Popen[bytes]) -> None:
+    """Until the watchdog says it watches (its first note of the driver's descendants), so that
+    what the driver starts next is noted even if the driver is killed at once; at most
+    `watchdog.START_TIMEOUT_S` (past it the run goes on, as without a watchdog)."""
+    assert process.stdout is not None
+    with process.stdout:
+        readable, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+        if readable:
+            process.stdout.readline()
 
 
 def sweep_left_staging() -> str | None:
@@ -113,7 +128,10 @@ def bounded(step: Callable[[], object], *, what: str, limit_s: float = CLEANUP_S
 
 
 def interrupted_message(out: Path, *, resume_command: str) -> str:
-    """One line for a run stopped by Ctrl-C: records, the checkpoint, how to continue."""
+    """One line for a run stopped by Ctrl-C: records, the checkpoint, how to continue (or, before
+    the first step, that nothing was kept)."""
+    if kept_nothing(out):
+        return f"interrupted before the first step: nothing kept in {out}"
     meta = out / "checkpoint" / "meta.json"
     try:
         next_step = int(json.loads(meta.read_text())["next_step"])

@@ -6,6 +6,9 @@ and the workers it forks can stay alive for tens of seconds, holding shared-memo
 The watchdog is started by the driver in a session of its own (a Ctrl-C or a kill of the driver's
 group does not reach it) with a pipe on its stdin whose only writer is the driver:
 
+- once it has noted them the first time it writes `watching` on its stdout, and the driver
+  waits for that line before it starts anything (a driver killed while the watchdog was still
+  starting would otherwise leave what it started unnoted);
 - while the pipe is open it notes, every `REFRESH_S`, every process descended from the driver
   (pid and start time: a reused pid is never mistaken for one of them);
 - the driver writes `done` after its own orderly cleanup, and the watchdog exits;
@@ -20,6 +23,7 @@ sweep only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -33,6 +37,11 @@ within this window of the driver's death is the one thing it can miss)."""
 KILL_WAIT_S = 10.0
 """How long it waits for killed processes to exit before sweeping staging."""
 DONE = b"done"
+WATCHING = b"watching"
+"""The watchdog's one line to the driver: it has noted the driver's descendants once, so from
+here on whatever the driver starts is noted within `REFRESH_S`."""
+START_TIMEOUT_S = 60.0
+"""How long the driver waits for that line (a Python start on a loaded machine can take seconds)."""
 
 
 def descendants(driver: psutil.Process) -> dict[int, float]:
@@ -85,8 +94,13 @@ def watch(driver_pid: int, *, stdin_fd: int = 0) -> int:
         return 0
     noted: dict[int, float] = {}
     received = b""
+    announced = False
     while True:
         noted.update(descendants(driver))
+        if not announced:  # the driver waits for this line before it starts anything
+            announced = True
+            with contextlib.suppress(OSError):
+                os.write(1, WATCHING + b"\n")
         readable, _, _ = select.select([stdin_fd], [], [], REFRESH_S)
         if not readable:
             continue

@@ -44,6 +44,13 @@ class PromptItem:
     origin: str
     """Where the prompt comes from, for errors and records (`train.parquet: row 530`)."""
 
+    @property
+    def extra_info_index(self) -> str | None:
+        """The row's `extra_info.index` as text (datasets use integers and string ids alike),
+        so that a sample's records name the row in the user's own terms; None without one."""
+        index = (self.extra_info or {}).get("index")
+        return None if index is None else str(index)
+
 
 @runtime_checkable
 class PromptSource(Protocol):

@@ -56,6 +56,15 @@ class LineageRecord(BaseModel):
         ge=0, description="Weights version of the trainer when it computed the gradient."
     )
     response_tokens: int = Field(ge=0, description="Response length (tokens).")
+    data_source: str | None = Field(
+        default=None,
+        description="`data_source` of the dataset row the sample's prompt came from (`repeat` "
+        "for the built-in task); None in records written before it was kept.",
+    )
+    extra_info_index: str | None = Field(
+        default=None,
+        description="`extra_info.index` of that row, as text; None where the row has none.",
+    )
 
 
 def fsync_path(path: Path) -> None:

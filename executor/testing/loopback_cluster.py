@@ -70,6 +70,9 @@ class LoopbackCluster:
     object_store_mb: int = 256
     root: Path | None = None
     token: str = field(default_factory=lambda: secrets.token_hex(32))
+    node_auth_mode: str = "token"
+    """`RAY_AUTH_MODE` of the nodes: `disabled` starts a cluster that accepts any caller, which a
+    live run must refuse to join."""
     _started: list[_Started] = field(default_factory=list)
     _made_root: bool = False
     _process_groups: list[int] = field(default_factory=list)
@@ -130,6 +133,7 @@ class LoopbackCluster:
             os.environ
             | self.driver_env()
             | {
+                "RAY_AUTH_MODE": self.node_auth_mode,
                 "TMPDIR": str(tmp_dir),
                 "DYNARESIZE_SHM_DIR": str(shm_dir),
                 "RAY_USAGE_STATS_ENABLED": "0",
@@ -240,6 +244,11 @@ class LoopbackCluster:
     def node_of_ip(self) -> dict[str, str]:
         """Node name by address (workers report their node's address)."""
         return {node.ip: node.name for node in self.nodes}
+
+    def node_pids(self) -> list[int]:
+        """Process ids of the nodes' `ray start` processes (every process of a node descends
+        from its own)."""
+        return [started.process.pid for started in self._started]
 
     def process_groups_alive(self) -> list[int]:
         """Process groups of the nodes this object started (running or stopped) that still

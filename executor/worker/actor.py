@@ -15,6 +15,7 @@ makes the actor class of the live worker and all of them.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -29,7 +30,6 @@ from dynaresize.traces.phases import Role
 from ..batch import RolloutSample
 from ..job.live_job import replica_scorer, rollout_shape
 from ..job.prompt_source import PromptItem
-from ..ports import free_port
 from ..rl.model import build_model
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
@@ -52,6 +52,9 @@ class LiveWorker(WorkerState):
     """Fault injection (`inject_fault`): as a replica, advance the weights version label at a
     weight sync without loading the weights."""
 
+    _world_store: dist.TCPStore | None = None
+    """The world group's store, on worker 0 of a run across nodes (`open_rendezvous`)."""
+
     # --- setup ---------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
@@ -71,18 +74,52 @@ class LiveWorker(WorkerState):
             "rollout_engine_starts": self.engine.start_timings,
         }
 
-    def rendezvous_port(self) -> int:
-        return free_port()
+    def open_rendezvous(self, *, node_ip: str, world_size: int) -> int:
+        """Open the world group's meeting point on this worker: a TCP store that listens on
+        `node_ip` (this node's cluster address) only, where torch's own would listen on every
+        interface. Returns its port; the store lives as long as the worker."""
+        family = socket.AF_INET6 if ":" in node_ip else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            listener.bind((node_ip, 0))
+            listener.listen(max(world_size, 128))
+            port = int(listener.getsockname()[1])
+        except OSError:
+            listener.close()
+            raise
+        self._world_store = dist.TCPStore(
+            node_ip,
+            port,
+            world_size,
+            is_master=True,
+            timeout=COLLECTIVE_TIMEOUT,
+            wait_for_workers=False,
+            master_listen_fd=listener.detach(),  # the store owns the bound socket from here on
+        )
+        return port
 
     def join_world(
         self, *, master_addr: str, master_port: int, world_size: int, init_method: str | None = None
     ) -> float:
         """Join the world gloo group (every worker, created once for the whole run), through
-        `init_method` when given (a file on one machine), else a TCP store at the address."""
+        `init_method` when given (a file on one machine), else at the TCP store worker 0 opened
+        on `master_addr` (`open_rendezvous`)."""
         start = time.perf_counter()
+        store = None
+        if init_method is None:
+            store = self._world_store  # worker 0's own, after `open_rendezvous`
+            if store is None:
+                store = dist.TCPStore(
+                    master_addr,
+                    master_port,
+                    world_size,
+                    is_master=False,
+                    timeout=COLLECTIVE_TIMEOUT,
+                )
         dist.init_process_group(
             backend="gloo",
-            init_method=init_method or f"tcp://{master_addr}:{master_port}",
+            init_method=init_method,
+            store=store,
             rank=self.worker_id,
             world_size=world_size,
             timeout=COLLECTIVE_TIMEOUT,

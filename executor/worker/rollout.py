@@ -138,6 +138,8 @@ class RolloutRole:
                     weights_version=self.weights_version,
                     weights_digest=self.weights_digest,
                     engine_logprobs=result.logprobs,
+                    data_source=item.data_source,
+                    extra_info_index=item.extra_info_index,
                 )
             )
         return RolloutReport(

@@ -33,6 +33,7 @@ from dynaresize.executor.job.reward import RewardFunctionError  # noqa: E402
 from dynaresize.executor.rl.model import flatten_parameters, load_flat_parameters  # noqa: E402
 from dynaresize.executor.run_folder import checkpoint as ckpt  # noqa: E402
 from dynaresize.executor.run_folder.lineage import check_lineage  # noqa: E402
+from dynaresize.executor.run_folder.records import read_lineage  # noqa: E402
 from dynaresize.executor.worker.rollout import (  # noqa: E402
     RolloutRole,
     collect_batch,
@@ -41,6 +42,7 @@ from dynaresize.executor.worker.rollout import (  # noqa: E402
 )
 from dynaresize.executor.worker.shards import ShardLayout  # noqa: E402
 from dynaresize.executor.worker.trainer import TrainerRole, flat_numel  # noqa: E402
+from dynaresize.traces.io import read_trace  # noqa: E402
 from tests.job_files import verl_row, write_parquet  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -74,6 +76,7 @@ def job_files(tmp_path_factory) -> Path:
             ],
             answer=str(2 * a + 3),
             source="sums",
+            index=f"sum-{a}",
         )
         for a in range(24)
     ]
@@ -240,6 +243,22 @@ def test_the_run_trains_on_the_dataset_with_resizes_and_a_sound_lineage(first_ru
         drawn = {i.prompt_id: i.prompt_token_ids for i in source.next_batch(batch_id)}
         assert {s.prompt_id: s.prompt_token_ids for s in batch.samples} == drawn
         assert any(s.reward > 0 for s in batch.samples)
+
+
+@pytest.mark.live
+def test_every_sample_names_its_dataset_row_in_the_trace_and_the_lineage(first_run) -> None:
+    config, _, out, _ = first_run
+    source = prepare_prompt_source(config)
+    row_of = {}
+    for batch_id in range(4):
+        row_of.update({i.prompt_id: i.extra_info_index for i in source.next_batch(batch_id)})
+    samples = read_trace(out / "trace").samples
+    assert len(samples) == 4 * 16 and set(samples["data_source"]) == {"sums"}
+    assert set(samples["extra_info_index"]) <= {f"sum-{a}" for a in range(24)}
+    lineage = read_lineage(out)
+    assert len(lineage) == 4 * 16
+    assert all(r.data_source == "sums" for r in lineage)
+    assert all(r.extra_info_index == row_of[r.prompt_id] for r in lineage)
 
 
 @pytest.mark.live

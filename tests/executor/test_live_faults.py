@@ -169,3 +169,40 @@ def test_a_worker_killed_in_a_resize_or_a_checkpoint_write_stops_the_run_within_
     assert fault["kind"] == "worker_lost" and fault["worker_id"] == worker_id
     assert fault["phase"] == error.phase and fault["step"] == error.step
     assert _staging_of(killed["pids"]) == []
+
+
+def test_a_run_that_fails_in_the_workers_setup_leaves_the_folder_as_it_found_it(
+    ray_session, tmp_path, monkeypatch
+) -> None:
+    """A worker killed after Ray started and the workers answered (workers.json written), before
+    the first step: the run leaves no config.json, workers.json or fault.json behind, nor the
+    folder it created; a folder that held a file of the user's keeps exactly that file, and a
+    retry without --resume runs there."""
+    from dynaresize.executor import session as session_module
+
+    fields = fault_config().model_dump(mode="json", exclude_unset=True)
+    config = LiveConfig.model_validate(fields | {"num_steps": 2})
+    original_write = session_module.write_workers
+
+    def write_then_kill(out, infos) -> None:
+        original_write(out, infos)
+        assert (out / WORKERS_FILE).is_file()
+        os.kill(infos[1]["pid"], signal.SIGKILL)
+
+    monkeypatch.setattr(session_module, "write_workers", write_then_kill)
+    new_folder = tmp_path / "new"
+    with pytest.raises(WorkerLostError):
+        run_live(config, out_dir=new_folder)
+    assert not new_folder.exists()
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("the user's")
+    with pytest.raises(WorkerLostError):
+        run_live(config, out_dir=kept)
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
+
+    monkeypatch.setattr(session_module, "write_workers", original_write)
+    result = run_live(config, out_dir=kept)
+    assert result.steps_completed == 2
+    assert (kept / "notes.txt").read_text() == "the user's"

@@ -10,8 +10,9 @@ job), with private staging folders so that the counts are the run's own:
 - `--resume` of that run ends cleanly, leaves nothing either, and ends with trainer state bit
   for bit equal to that of a run never interrupted (a third run);
 - a SIGKILLed driver: every process it started is gone within seconds (the watchdog), and so
-  is its staging.
-Budget: about 120 s on 2 idle cores (most of it four Ray starts).
+  is its staging; `--resume` from the checkpoint it left ends bit for bit where a run never
+  interrupted does.
+Budget: about 180 s on 2 idle cores (most of it six Ray starts).
 """
 
 from __future__ import annotations
@@ -236,14 +237,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     trace = read_trace(run.out / "trace")
     assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
     # the interrupted and resumed run ends bit for bit where a run never interrupted does
-    uninterrupted = runs("uninterrupted")
-    _, err = uninterrupted.communicate()
-    assert uninterrupted.process.returncode == 0, err
-    resumed_state = checkpoint.load(run.out).vectors
-    plain_state = checkpoint.load(uninterrupted.out).vectors
-    assert resumed_state.keys() == plain_state.keys()
-    for name, vector in plain_state.items():
-        assert torch.equal(resumed_state[name], vector), name
+    _ends_where_an_uninterrupted_run_does(runs, run.out)
     prewarm = trace.resizes[trace.resizes["phase"] == "comm_prewarm"]
     assert list(prewarm["comm_cache_hits"]) == [2]  # both groups of 1:2 came from the cache
     assert list(prewarm["comm_groups_built"]) == [0]
@@ -251,7 +245,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     assert bool(oversubscribed) is ((os.cpu_count() or 1) < 3), trace.meta.notes
 
 
-def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
+def test_a_killed_driver_leaves_nothing_and_resumes_bit_for_bit(runs) -> None:
     run = runs("killed", "--steps", "1000")  # still stepping when killed, however fast steps are
     run.wait_for_checkpoint()
     time.sleep(2.0)  # the watchdog notes every process at least once
@@ -268,3 +262,28 @@ def test_a_killed_driver_leaves_no_process_and_no_staging(runs) -> None:
     )
     assert run.alive() == []
     assert run.staging() == []
+
+    # the checkpoint the kill left (perhaps mid-write) resumes, and the run ends bit for bit
+    # where one never interrupted does
+    num_steps = max(NUM_STEPS, checkpoint.load(run.out).next_step + 2)
+    resumed = runs("killed", "--resume", "--steps", str(num_steps))
+    out, err = resumed.communicate()
+    assert resumed.process.returncode == 0, err
+    assert f"live run: {num_steps} steps" in out
+    assert resumed.alive() == [] and resumed.staging() == []
+    steps = read_trace(run.out / "trace").steps
+    assert list(steps.step) == list(range(num_steps))  # none lost or repeated
+    _ends_where_an_uninterrupted_run_does(runs, run.out, "--steps", str(num_steps))
+
+
+def _ends_where_an_uninterrupted_run_does(runs, out: Path, *extra: str) -> None:
+    """The trainer state a resumed run ended with is bit for bit that of a run never
+    interrupted (a fresh one with the same `extra` arguments)."""
+    uninterrupted = runs("uninterrupted", *extra)
+    _, err = uninterrupted.communicate()
+    assert uninterrupted.process.returncode == 0, err
+    resumed_state = checkpoint.load(out).vectors
+    plain_state = checkpoint.load(uninterrupted.out).vectors
+    assert resumed_state.keys() == plain_state.keys()
+    for name, vector in plain_state.items():
+        assert torch.equal(resumed_state[name], vector), name

@@ -29,6 +29,7 @@ from dynaresize.executor.worker.shards import full_vectors
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import read_trace
 from dynaresize.traces.phases import PhaseName
+from tests.state_bound import STATE_RELATIVE_ERROR_BOUND, relative_error
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 
@@ -194,9 +195,11 @@ def test_the_same_batches_without_resizes_reach_the_same_parameters(resized_run,
     static = _trainer_state(session)
     assert int(static["step"]) == config.num_steps
     for key in ("master", "exp_avg", "exp_avg_sq"):
-        a, b = resized[key], static[key]
-        # Different data-parallel splits only reorder floating-point sums (docs/live-executor.md)
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=key)
+        # Different data-parallel splits only reorder floating-point sums (docs/live-executor.md):
+        # whole vectors within the rounding bound (an element-wise atol failed correct runs on
+        # near-zero weights and let a zeroed exp_avg_sq through)
+        error = relative_error(resized[key], static[key])
+        assert error < STATE_RELATIVE_ERROR_BOUND, (key, error)
     # the parameters did move: the comparison is not between two untouched initialisations
     from dynaresize.executor.rl.model import build_model
     from dynaresize.executor.rl.model_spec import ModelSpec
@@ -233,4 +236,7 @@ def test_records_are_readable_as_parquet_and_jsonl_alike(resized_run) -> None:
     jsonl = read_trace(out / "trace.jsonl")
     pd.testing.assert_frame_equal(parquet.steps, jsonl.steps)
     assert len(parquet.samples) == 6 * 16
+    # the built-in task's prompts name their source; they come from no dataset row
+    assert set(parquet.samples["data_source"]) == {"repeat"}
+    assert parquet.samples["extra_info_index"].isna().all()
     assert Path(out / "setup.json").is_file()

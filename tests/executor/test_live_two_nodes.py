@@ -7,8 +7,11 @@
 - A worker of node_b killed in the middle of a move: the same clean stop, fault.json and
   `--resume` as on one node (tests/executor/test_live_faults.py).
 - No staging segment or pipe is left in either node's folders after either.
-- Bad input (an --address that does not answer, fewer CPUs in the cluster than the config asks,
-  a node slot the cluster cannot hold): one error line, exit code 2, no run folder.
+- While the first runs, no worker listens on every interface beyond its Ray core worker's gRPC
+  server: the world group's TCP store listens on the first worker's node address only.
+- Bad input (an --address that does not answer, a cluster that answers callers without Ray's
+  token, fewer CPUs in the cluster than the config asks, a node slot the cluster cannot hold):
+  one error line, exit code 2, no run folder.
 
 Drivers run in processes of their own: a driver's Ray authentication is fixed for its process's
 lifetime, and this test process may already have started a local Ray.
@@ -20,6 +23,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -44,20 +50,81 @@ def two_nodes():
     assert not cluster.process_groups_alive(), "a node's processes outlived stop()"
 
 
-def _driver(cluster, args: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+def _driver(
+    cluster, args: list[str], timeout_s: float, *, while_running: Callable[[], None] | None = None
+) -> subprocess.CompletedProcess:
+    """Run a driver script to its end; `while_running` is called about twice a second meanwhile."""
     # a script's own folder comes first on its path: the driver imports this checkout, as the
     # workers (started from ROOT) do, not an installed copy
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = os.environ | {"PYTHONPATH": path} | (cluster.driver_env() if cluster is not None else {})
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    command = [sys.executable, *args]
+    if while_running is None:
+        return subprocess.run(
+            command,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=stdout, stderr=stderr)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while process.poll() is None:
+                assert time.monotonic() < deadline, f"{args[0]} ran over {timeout_s} s"
+                while_running()
+                time.sleep(0.5)  # sampling the run's sockets, not standing in for work
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        stdout.seek(0)
+        stderr.seek(0)
+        return subprocess.CompletedProcess(
+            command, process.returncode, stdout.read(), stderr.read()
+        )
+
+
+WILDCARD_ADDRESSES = {"0.0.0.0", "::"}
+
+
+class WorkerListeners:
+    """The listening sockets of the live workers of the cluster's nodes, sampled during a run."""
+
+    def __init__(self, cluster) -> None:
+        self.cluster = cluster
+        self.by_worker: dict[int, set[str]] = {}
+
+    def __call__(self) -> None:
+        import psutil
+
+        procs = []
+        for pid in self.cluster.node_pids():
+            try:
+                procs += psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                continue
+        for proc in procs:
+            try:
+                if "LiveWorker" not in " ".join(proc.cmdline()):
+                    continue
+                conns = proc.net_connections(kind="inet")
+            except psutil.Error:
+                continue
+            found = self.by_worker.setdefault(proc.pid, set())
+            found.update(
+                f"{c.laddr.ip}:{c.laddr.port}" for c in conns if c.status == psutil.CONN_LISTEN
+            )
+
+    def wildcard(self) -> dict[int, list[str]]:
+        """Each worker's listeners on every interface."""
+        return {
+            pid: sorted(a for a in found if a.rsplit(":", 1)[0] in WILDCARD_ADDRESSES)
+            for pid, found in self.by_worker.items()
+        }
 
 
 def _nothing_staged(cluster) -> None:
@@ -70,9 +137,20 @@ def test_moves_cross_the_node_boundary_both_ways_and_match_a_run_without_resizes
     _nothing_staged(two_nodes)
     out = tmp_path / "bed"
     args = ["benchmarks/live_two_nodes.py", "--out", str(out), "--quick"]
-    done = _driver(two_nodes, [*args, "--address", str(two_nodes.address)], timeout_s=1500)
+    listeners = WorkerListeners(two_nodes)
+    done = _driver(
+        two_nodes,
+        [*args, "--address", str(two_nodes.address)],
+        timeout_s=1500,
+        while_running=listeners,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((out / "two_nodes.json").read_text())
+    # the world group's store listens on the first worker's node address only: on every
+    # interface a worker has only its Ray core worker's gRPC server (Ray 2.60 cannot bind it)
+    assert len(listeners.by_worker) >= 4, listeners.by_worker
+    wide = {pid: found for pid, found in listeners.wildcard().items() if len(found) > 1}
+    assert not wide, f"workers listening on every interface beyond Ray's server: {wide}"
 
     nodes = report["nodes"]
     assert {n: v["workers"] for n, v in nodes.items()} == {"node_a": [0, 1], "node_b": [2, 3]}
@@ -173,6 +251,20 @@ def test_an_address_that_does_not_answer_is_refused_with_one_line(tmp_path) -> N
     args = ["-m", "dynaresize.cli", "run", "--mode", "live", "--config", str(CONFIG)]
     done = _driver(None, [*args, "--address", address, "--out", str(out)], timeout_s=300)
     _one_error_line(done, expected=f"--address {address}: no Ray cluster answers there")
+    assert not out.exists()
+
+
+def test_a_cluster_that_answers_without_a_token_is_refused_with_one_line(tmp_path) -> None:
+    """The driver has its token settings right; the cluster's nodes run with authentication
+    off, so they would answer anyone: the run must not join it."""
+    from dynaresize.executor.testing.loopback_cluster import LoopbackCluster
+
+    out = tmp_path / "run"
+    args = ["-m", "dynaresize.cli", "run", "--mode", "live", "--config", str(CONFIG)]
+    with LoopbackCluster.of([("node_a", 1)], node_auth_mode="disabled") as open_cluster:
+        address = str(open_cluster.address)
+        done = _driver(open_cluster, [*args, "--address", address, "--out", str(out)], 300)
+    _one_error_line(done, expected=f"--address {address}: the cluster does not require Ray's")
     assert not out.exists()
 
 

@@ -21,6 +21,7 @@ import torch
 
 from dynaresize.executor.config import LiveConfig, OverlappedMechanisms
 from dynaresize.policies.types import Allocation
+from tests.state_bound import STATE_RELATIVE_ERROR_BOUND, relative_error
 
 pytestmark = [pytest.mark.live, pytest.mark.timeout(900)]
 
@@ -135,10 +136,6 @@ def _train(session, initial, strategy, resizes: dict[int, str]):
     return batches, state
 
 
-def _relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
 def test_every_strategy_resizes_without_changing_samples_or_trainer_state(session) -> None:
     live, initial = session
     from dynaresize.executor.strategies.host_sync import HostSyncStrategy
@@ -146,7 +143,7 @@ def test_every_strategy_resizes_without_changing_samples_or_trainer_state(sessio
     ref_batches, ref_state = _train(live, initial, HostSyncStrategy(), {})
     assert (
         ref_state["exp_avg_sq"].norm() > 0
-        and _relative_error(ref_state["master"], initial["master"]) > 1e-4
+        and relative_error(ref_state["master"], initial["master"]) > 1e-4
     )  # the reference did train
     failures = []
     for name, make in _strategies().items():
@@ -158,8 +155,8 @@ def test_every_strategy_resizes_without_changing_samples_or_trainer_state(sessio
         if batches != ref_batches:
             failures.append(f"{name}: samples differ")
         for key in ("master", "exp_avg", "exp_avg_sq"):
-            error = _relative_error(state[key], ref_state[key])
-            if not error < 1e-3:
+            error = relative_error(state[key], ref_state[key])
+            if not error < STATE_RELATIVE_ERROR_BOUND:
                 failures.append(f"{name}: {key} relative error {error:.2e}")
     assert not failures, failures
 
@@ -173,6 +170,6 @@ def test_the_moment_comparison_fails_a_zeroed_or_stale_moment() -> None:
         v = 0.999 * v + 0.001 * g * g
         history.append(v.clone())
     assert (history[-1] < 1e-6).float().mean() > 0.99  # an atol of 1e-6 would accept anything
-    assert _relative_error(history[-1], history[-1]) < 1e-3
-    assert _relative_error(torch.zeros_like(v), history[-1]) >= 1e-3
-    assert _relative_error(history[-2], history[-1]) >= 1e-3
+    assert relative_error(history[-1], history[-1]) < 1e-3
+    assert relative_error(torch.zeros_like(v), history[-1]) >= 1e-3
+    assert relative_error(history[-2], history[-1]) >= 1e-3
