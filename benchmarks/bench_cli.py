@@ -25,7 +25,8 @@ Also `library_imports_s`: a fresh process that only imports the libraries the co
 (numpy, pandas, pyarrow's Parquet writer, pydantic with one model, SimPy, PyYAML, typer, rich),
 the part of `total_s` no change to the project can take away, run right after each command run;
 `project_share_s`: the median over those pairs of the command's total less the libraries' (what
-the project's own code costs, steadier than either on a busy machine); `help_s`: `dynaresize
+the project's own code costs, steadier than either on a busy machine); `library_split_s`:
+each of those libraries imported alone (the floor, library by library); `help_s`: `dynaresize
 --help` in a fresh process; and the heavy libraries and project packages each has imported (the
 command: by the time the simulation starts) that it does not use.
 
@@ -50,7 +51,12 @@ ROOT = Path(__file__).resolve().parent.parent
 TARGET_TOTAL_S = 1.2
 HEAVY = ["matplotlib", "numba", "scipy", "simpy", "torch", "ray", "pandas"]
 UNUSED_BY_SIM = ["matplotlib", "numba", "scipy", "torch", "ray", "vllm", "transformers"]
-UNUSED_PROJECT = ["dynaresize.executor", "dynaresize.traces.importers", "dynaresize.twin.analysis"]
+UNUSED_PROJECT = [
+    "dynaresize.executor",
+    "dynaresize.commands.run_live",
+    "dynaresize.traces.importers",
+    "dynaresize.twin.analysis",
+]
 """What a sim run of a config without a live section does not use, before or after it starts."""
 
 _CHILD = r"""
@@ -144,6 +150,35 @@ print(json.dumps({"library_imports_s": time.process_time()}))
 """
 
 
+LIBRARY_IMPORTS = {
+    "numpy": "import numpy",
+    "pandas (with the numpy and pyarrow it loads)": "import pandas",
+    "pyarrow.parquet": "import pyarrow.parquet",
+    "pydantic (one model)": "import pydantic\nclass One(pydantic.BaseModel):\n    value: int = 0",
+    "simpy": "import simpy",
+    "yaml": "import yaml",
+    "typer": "import typer",
+    "rich": "import rich.console, rich.table",
+}
+"""Each library the command runs on, imported alone in a fresh process: where the floor is."""
+
+_ONE_LIBRARY = r"""
+import json, sys, time
+start = time.process_time()
+exec(sys.argv[1])
+print(json.dumps({"import_s": time.process_time() - start}))
+"""
+
+
+def library_split(repeats: int) -> dict[str, float]:
+    """Least CPU seconds over `repeats` fresh processes to import each library alone (the
+    interpreter's own start excluded); they overlap (pandas loads numpy and pyarrow)."""
+    return {
+        name: round(min(_child(_ONE_LIBRARY, code)["import_s"] for _ in range(repeats)), 3)
+        for name, code in LIBRARY_IMPORTS.items()
+    }
+
+
 def _child(script: str, *args: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     done = subprocess.run(
@@ -184,6 +219,7 @@ def measure(repeats: int) -> dict:
     helps = [_child(_HELP, json.dumps(HEAVY)) for _ in range(repeats)]
     best["help_s"] = min(h["help_s"] for h in helps)
     best["help_heavy_imports"] = helps[0]["heavy_imported"]
+    best["library_split_s"] = library_split(repeats)
     best["load_average_1min"] = round(os.getloadavg()[0], 2)
     return best
 
@@ -241,7 +277,14 @@ def report(figures: dict, repeats: int) -> str:
         f"{', '.join(figures['unused_at_end']) or 'none'}.",
         f"`dynaresize --help` imports of {', '.join(HEAVY)}: "
         f"{', '.join(figures['help_heavy_imports']) or 'none'}.",
+        "",
+        "Each library alone (fresh process, least CPU s, interpreter start excluded; they "
+        "overlap):",
+        "",
+        "| library | import CPU s |",
+        "|---|---|",
     ]
+    lines += [f"| {name} | {sec:.3f} |" for name, sec in figures["library_split_s"].items()]
     return "\n".join(lines) + "\n"
 
 

@@ -15,10 +15,8 @@ always ends the step. In `async` mode, or when the mode is not given, rollout an
 anchored at the step's start: rollout runs ahead of training there, and when they are not known
 exactly the spans of one track may overlap.
 
-Every track nests, as the viewers expect: here every span is work of its own, so a track is a
-sequence of spans that do not overlap. Where spans of one track would (a rollout still running
-when the next one is drawn, a background phase of one resize outliving the next resize), the
-later ones go to extra tracks of the same name, numbered "(2)", "(3)", ...
+Every track nests, as the viewers expect (`chrome_tracks` moves spans that would overlap onto
+extra tracks of the same name).
 Imports nothing of the project but `traces/` itself.
 """
 
@@ -30,8 +28,23 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .chrome_tracks import LANE_TID_STRIDE, NESTING_TOLERANCE_US, nest_tracks, track_metadata
 from .phases import PhaseName, PipelineMode
 from .rows import record_rows
+
+__all__ = [
+    "DECISION_TID",
+    "GPU_PID",
+    "LANE_TID_STRIDE",
+    "MICROSECONDS_PER_S",
+    "NESTING_TOLERANCE_US",
+    "PIPELINE_PID",
+    "RESIZE_PID",
+    "STAGE_TRACKS",
+    "chrome_trace",
+    "iter_spans",
+    "write_chrome_trace",
+]
 
 MICROSECONDS_PER_S = 1_000_000.0
 GPU_PID = 1
@@ -39,10 +52,6 @@ PIPELINE_PID = 2
 RESIZE_PID = 3
 STAGE_TRACKS = {"step": 0, "rollout": 1, "train": 2, "sync": 3}
 DECISION_TID = len(PhaseName)
-LANE_TID_STRIDE = 1000
-"""Extra tracks of a track with tid T get tids T + 1000, T + 2000, ...: clear of every base tid."""
-NESTING_TOLERANCE_US = 0.01
-"""Spans that touch within this (rounding of the microsecond clock) count as touching."""
 
 
 def _text(value: Any) -> str:
@@ -71,24 +80,6 @@ def _span(
     }
 
 
-def _metadata(pid: int, tid: int | None, name: str, sort_index: int) -> list[dict[str, Any]]:
-    if tid is None:
-        return [
-            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}},
-            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
-        ]
-    return [
-        {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}},
-        {
-            "name": "thread_sort_index",
-            "ph": "M",
-            "pid": pid,
-            "tid": tid,
-            "args": {"sort_index": sort_index},
-        },
-    ]
-
-
 def _roles(step: Mapping[str, Any]) -> list[str]:
     roles = step.get("device_roles")
     if roles is None:
@@ -102,7 +93,7 @@ def _device_role_events(steps: list[dict], resize_windows: dict[int, tuple]) -> 
     roles_of_step = [_roles(s) for s in steps]
     num_devices = max(len(roles) for roles in roles_of_step)
     for device in range(num_devices):
-        events += _metadata(GPU_PID, device, f"GPU {device}", device)
+        events += track_metadata(GPU_PID, device, f"GPU {device}", device)
         current: tuple[str, float, float, int] | None = None
         previous_role: str | None = None
         for step, roles in zip(steps, roles_of_step, strict=True):
@@ -204,7 +195,7 @@ def _batch_id(step: Mapping[str, Any]) -> int:
 def _stage_events(steps: list[dict], mode: PipelineMode | None) -> list[dict]:
     events: list[dict] = []
     for name, tid in STAGE_TRACKS.items():
-        events += _metadata(PIPELINE_PID, tid, name, tid)
+        events += track_metadata(PIPELINE_PID, tid, name, tid)
     for step, spans in zip(steps, _stage_windows(steps, mode), strict=True):
         k = int(step["step"])
         start, end = float(step["start_s"]), float(step["end_s"])
@@ -237,56 +228,6 @@ def _stage_events(steps: list[dict], mode: PipelineMode | None) -> list[dict]:
     return events
 
 
-def _lanes(spans: list[dict]) -> list[int]:
-    """Lane of each span (0 = the track itself) such that no two spans of a lane overlap.
-
-    Every span of this trace is work of its own, never a part of another, so a track holds a
-    sequence: a span goes to the first lane whose last span has ended by its start (spans taken
-    by start), else to a new lane. Disjoint spans nest trivially.
-    """
-    order = sorted(range(len(spans)), key=lambda i: (spans[i]["ts"], -spans[i]["dur"]))
-    lane_ends: list[float] = []
-    lanes = [0] * len(spans)
-    for i in order:
-        start = spans[i]["ts"]
-        end = start + spans[i]["dur"]
-        free = [
-            j for j, lane_end in enumerate(lane_ends) if lane_end <= start + NESTING_TOLERANCE_US
-        ]
-        lane = free[0] if free else len(lane_ends)
-        if not free:
-            lane_ends.append(end)
-        lane_ends[lane] = end
-        lanes[i] = lane
-    return lanes
-
-
-def _nest_tracks(events: list[dict]) -> list[dict]:
-    """Move the spans that would break a track's nesting onto extra tracks of the same name."""
-    names: dict[tuple[int, int], tuple[str, int]] = {}
-    for e in events:
-        if e["ph"] == "M" and e["name"] == "thread_name":
-            names[(e["pid"], e["tid"])] = (e["args"]["name"], 0)
-        elif e["ph"] == "M" and e["name"] == "thread_sort_index":
-            name, _ = names.get((e["pid"], e["tid"]), ("", 0))
-            names[(e["pid"], e["tid"])] = (name, e["args"]["sort_index"])
-    tracks: dict[tuple[int, int], list[dict]] = {}
-    for e in events:
-        if e["ph"] == "X":
-            tracks.setdefault((e["pid"], e["tid"]), []).append(e)
-    extra: list[dict] = []
-    for (pid, tid), spans in tracks.items():
-        lanes = _lanes(spans)
-        for span, lane in zip(spans, lanes, strict=True):
-            span["tid"] = tid + LANE_TID_STRIDE * lane
-        name, sort_index = names.get((pid, tid), (str(tid), tid))
-        for lane in range(1, max(lanes) + 1):
-            extra += _metadata(
-                pid, tid + LANE_TID_STRIDE * lane, f"{name} ({lane + 1})", sort_index
-            )
-    return events + extra
-
-
 def _phase_tid(phase: str) -> int:
     names = [p.value for p in PhaseName]
     if phase not in names:
@@ -299,7 +240,7 @@ def _resize_events(resizes: list[dict]) -> list[dict]:
     for known in PhaseName:
         if any(_text(r["phase"]) == known.value for r in resizes):
             tid = _phase_tid(known.value)
-            events += _metadata(RESIZE_PID, tid, known.value, tid)
+            events += track_metadata(RESIZE_PID, tid, known.value, tid)
     for r in resizes:
         phase = _text(r["phase"])
         critical = bool(r["critical"])
@@ -327,7 +268,7 @@ def _resize_events(resizes: list[dict]) -> list[dict]:
 def _decision_events(decisions: list[dict]) -> list[dict]:
     if not decisions:
         return []
-    events = _metadata(RESIZE_PID, DECISION_TID, "policy decisions", DECISION_TID)
+    events = track_metadata(RESIZE_PID, DECISION_TID, "policy decisions", DECISION_TID)
     for d in decisions:
         events.append(
             {
@@ -383,16 +324,16 @@ def chrome_trace(
     if not step_rows:
         raise ValueError("a Chrome trace needs at least one step record")
     resize_rows = record_rows(resizes)
-    events = _metadata(GPU_PID, None, "GPUs (role over time)", 0)
-    events += _metadata(PIPELINE_PID, None, "Pipeline (steps and stages)", 0)
+    events = track_metadata(GPU_PID, None, "GPUs (role over time)", 0)
+    events += track_metadata(PIPELINE_PID, None, "Pipeline (steps and stages)", 0)
     events += _device_role_events(step_rows, _resize_windows(resize_rows))
     events += _stage_events(step_rows, mode)
     if resize_rows or decisions is not None:
-        events += _metadata(RESIZE_PID, None, "Resizes (phases and decisions)", 0)
+        events += track_metadata(RESIZE_PID, None, "Resizes (phases and decisions)", 0)
     events += _resize_events(resize_rows)
     events += _decision_events(record_rows(decisions))
     return {
-        "traceEvents": _nest_tracks(events),
+        "traceEvents": nest_tracks(events),
         "displayTimeUnit": "ms",
         "otherData": {"run": run_name, "clock": "seconds since the run began, as microseconds"},
     }

@@ -1,66 +1,53 @@
 """Column-wise validation of trace tables against the schema's pydantic records.
 
 Checking a million-row table one pydantic model at a time is slow, so each record type is turned
-once into column specs (kind, bounds, choices, nullability) and a whole column is checked with
-numpy. The outcome is identical to validating every row: the first bad row (lowest position)
-becomes a TraceError naming it and the field; in lenient mode every bad row is dropped and
-reported instead.
+once into column specs (kind, bounds, choices, nullability: `column_specs`) and a whole column
+is checked with numpy. The outcome is identical to validating every row: the first bad row
+(lowest position) becomes a TraceError naming it and the field; in lenient mode every bad row is
+dropped and reported instead.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-import types
 import typing
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
+from .column_specs import (
+    MAX_TRACE_COUNT,
+    MAX_TRACE_SECONDS,
+    ColumnKind,
+    ColumnSpec,
+    column_dtype,
+    column_specs,
+    empty_frame,
+    upper_bound,
+)
 from .errors import TraceError
 from .phases import Role
 from .schema import SCHEMA_VERSION, StepRecord
+from .step_consistency import check_step_numbering, drop_orphan_samples
 
-
-class ColumnKind(str, enum.Enum):
-    INT = "int"
-    FLOAT = "float"
-    BOOL = "bool"
-    STR = "str"
-    ROLES = "roles"
-
-
-MAX_TRACE_SECONDS = 1e12
-"""Largest time a trace may hold (s, about 31,700 years): a clock or a duration beyond it is a
-mistake, and bounding it keeps every sum, fit and ratio computed from a trace finite."""
-
-MAX_TRACE_COUNT = 2**53
-"""Largest count (tokens, samples, bytes, ids) a trace may hold: every such integer is exact
-as a float."""
-
-
-def _upper_bound(name: str) -> tuple[float, str]:
-    """The largest value of a numeric field, and how a message describes it."""
-    if name.endswith("_s"):
-        return MAX_TRACE_SECONDS, f"{MAX_TRACE_SECONDS:.0e} s (about 31,700 years)"
-    return float(MAX_TRACE_COUNT), "2**53"
-
-
-@dataclass(frozen=True)
-class ColumnSpec:
-    """What one column of a table must hold, read off a pydantic field."""
-
-    name: str
-    kind: ColumnKind
-    required: bool
-    nullable: bool
-    default: object
-    ge: float | None
-    choices: frozenset[str] | None
+__all__ = [
+    "MAX_TRACE_COUNT",
+    "MAX_TRACE_SECONDS",
+    "ColumnKind",
+    "ColumnSpec",
+    "Problems",
+    "SkippedRow",
+    "check_step_numbering",
+    "column_specs",
+    "drop_orphan_samples",
+    "empty_frame",
+    "summarize_skipped",
+    "validate_frame",
+    "validate_steps_frame",
+]
 
 
 @dataclass(frozen=True)
@@ -83,56 +70,6 @@ class Problems:
         for pos in np.flatnonzero(mask):
             if int(pos) not in self.found:
                 self.found[int(pos)] = (field_name, reason_of(int(pos)))
-
-
-def _unwrap_optional(annotation: object) -> tuple[object, bool]:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(annotation))
-    return annotation, False
-
-
-@cache
-def column_specs(model: type[BaseModel]) -> tuple[ColumnSpec, ...]:
-    """The column specs of a record type, in field order."""
-    specs = []
-    for name, info in model.model_fields.items():
-        inner, nullable = _unwrap_optional(info.annotation)
-        choices = None
-        if inner is bool:
-            kind = ColumnKind.BOOL
-        elif inner is int:
-            kind = ColumnKind.INT
-        elif inner is float:
-            kind = ColumnKind.FLOAT
-        elif inner is str:
-            kind = ColumnKind.STR
-        elif isinstance(inner, type) and issubclass(inner, enum.Enum):
-            kind, choices = ColumnKind.STR, frozenset(m.value for m in inner)
-        elif typing.get_origin(inner) is list and typing.get_args(inner) == (Role,):
-            kind = ColumnKind.ROLES
-        else:  # pragma: no cover - a schema field type this module does not know yet
-            raise TypeError(f"no column rule for {model.__name__}.{name}: {info.annotation}")
-        ge = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
-        default = None if info.is_required() else info.get_default(call_default_factory=True)
-        specs.append(ColumnSpec(name, kind, info.is_required(), nullable, default, ge, choices))
-    return tuple(specs)
-
-
-def empty_frame(model: type[BaseModel]) -> pd.DataFrame:
-    """A frame with the record type's columns and no rows."""
-    return pd.DataFrame({s.name: pd.Series([], dtype=_dtype(s)) for s in column_specs(model)})
-
-
-def _dtype(spec: ColumnSpec) -> str:
-    if spec.kind is ColumnKind.INT:
-        return "Int64" if spec.nullable else "int64"
-    if spec.kind is ColumnKind.FLOAT:
-        return "float64"
-    if spec.kind is ColumnKind.BOOL:
-        return "bool"
-    return "object"
 
 
 def _describe(value: object) -> str:
@@ -249,7 +186,7 @@ def _check_numeric(
     if spec.ge is not None:
         below = finite & (nums < spec.ge)
         problems.add(below, spec.name, lambda i: f"must be >= {spec.ge}, got {nums[i]}")
-    limit, limit_text = _upper_bound(spec.name)
+    limit, limit_text = upper_bound(spec.name)
     above = finite & (nums > limit)
     problems.add(above, spec.name, lambda i: f"must be at most {limit_text}, got {nums[i]:.6g}")
     if not want_int:
@@ -353,7 +290,7 @@ def validate_frame(
     out = {}
     for spec in specs:
         if spec.name not in df.columns:
-            out[spec.name] = pd.Series([spec.default] * len(df), dtype=_dtype(spec))
+            out[spec.name] = pd.Series([spec.default] * len(df), dtype=column_dtype(spec))
             continue
         out[spec.name] = _check_column(df[spec.name], spec, problems)
     clean = pd.DataFrame(out)
@@ -413,72 +350,6 @@ def _settle(
     bad = np.zeros(len(df), bool)
     bad[list(problems.found)] = True
     return df.loc[~bad].reset_index(drop=True)
-
-
-def check_step_numbering(
-    steps: pd.DataFrame,
-    *,
-    source: str | None,
-    unit: str = "row",
-    positions: np.ndarray | None = None,
-    lenient: bool = False,
-) -> list[str]:
-    """Steps are numbered one after another (schema v1: "consecutive"). A gap is a TraceError
-    at the first step after it; in lenient mode the steps are kept and a note says where the
-    gaps are (rows lenient reading dropped leave gaps of their own)."""
-    numbers = steps["step"].to_numpy(np.int64)
-    gaps = np.flatnonzero(np.diff(numbers) != 1)
-    if not len(gaps):
-        return []
-    after = int(gaps[0]) + 1
-    if not lenient:
-        where = int(positions[after]) if positions is not None else after
-        raise TraceError(
-            f"steps are not consecutive: step {numbers[after]} follows step "
-            f"{numbers[after - 1]} (steps are numbered one after another)",
-            source=source,
-            field="step",
-            **{unit: where},
-        )
-    return [
-        f"steps are not consecutive: {len(gaps)} gap(s), the first after step "
-        f"{numbers[after - 1]} (next: step {numbers[after]}); the missing steps are not replayed"
-    ]
-
-
-def drop_orphan_samples(
-    samples: pd.DataFrame,
-    steps: pd.DataFrame,
-    *,
-    source: str | None,
-    unit: str = "row",
-    positions: np.ndarray | None = None,
-    lenient: bool = False,
-) -> tuple[pd.DataFrame, list[str]]:
-    """Samples of a step the trace has no record of would be ignored unseen: a TraceError at
-    the first one, or in lenient mode dropped and stated in a note (the samples of a step row
-    that lenient reading dropped land here too)."""
-    if len(samples) == 0:
-        return samples, []
-    sample_steps = samples["step"].to_numpy(np.int64)
-    orphan = ~np.isin(sample_steps, steps["step"].to_numpy(np.int64))
-    if not orphan.any():
-        return samples, []
-    first = int(np.flatnonzero(orphan)[0])
-    if not lenient:
-        where = int(positions[first]) if positions is not None else first
-        raise TraceError(
-            f"a sample of step {sample_steps[first]}, which has no step record in the trace",
-            source=source,
-            field="step",
-            **{unit: where},
-        )
-    orphan_steps = np.unique(sample_steps[orphan])
-    note = (
-        f"{int(orphan.sum())} samples of {len(orphan_steps)} step(s) without a step record "
-        f"(first: step {orphan_steps[0]}) were dropped"
-    )
-    return samples.loc[~orphan].reset_index(drop=True), [note]
 
 
 def validate_steps_frame(df: pd.DataFrame, *, source: str | None = None) -> pd.DataFrame:

@@ -1,5 +1,6 @@
 """`dynaresize --help` and each command's `--help` answer without importing the heavy
-libraries: a user asking what a command does should not wait for pandas, SciPy or Ray."""
+libraries: a user asking what a command does should not wait for pandas, SciPy or Ray. A sim
+run imports only what it uses: none of the live stack, the importers or the analyses."""
 
 from __future__ import annotations
 
@@ -37,3 +38,36 @@ def test_help_imports_none_of_the_heavy_libraries(command):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["code"] == 0
     assert report["heavy"] == [], f"dynaresize {' '.join(command)} --help imported {report}"
+
+
+UNUSED_BY_A_SIM_RUN = [
+    "matplotlib",
+    "numba",
+    "scipy",
+    "torch",
+    "ray",
+    "vllm",
+    "transformers",
+    "dynaresize.executor",
+    "dynaresize.commands.run_live",
+    "dynaresize.traces.importers",
+    "dynaresize.twin.analysis",
+]
+"""What `run --mode sim` of a config without a live section never uses: the live stack, the
+importers, the replay and break-even analyses, and the libraries only they (or plots) need."""
+
+
+def test_a_sim_run_imports_nothing_it_does_not_use(tmp_path):
+    out = tmp_path / "run"
+    command = ["run", "--mode", "sim", "--config", "example", "--steps", "20", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(UNUSED_BY_A_SIM_RUN), *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["code"] in (0, None), done.stderr
+    assert (out / "summary.json").is_file(), "the run wrote no result folder"
+    assert report["heavy"] == [], f"dynaresize {' '.join(command)} imported {report['heavy']}"
