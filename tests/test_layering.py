@@ -126,7 +126,6 @@ OVER_THE_LIMIT = {
     "dynaresize.traces.chrome_trace": 437,
     "dynaresize.twin.analysis.replay": 476,
     "dynaresize.twin.costs.resize": 488,
-    "dynaresize.twin.pipeline": 457,
     "dynaresize.twin.simulation": 408,
     "dynaresize.traces.validation": 500,
 }
