@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,15 +40,52 @@ def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
     return pa.schema([pa.field(s.name, types[s.kind], nullable=True) for s in column_specs(model)])
 
 
+ROWS_PER_CHUNK = 1 << 20
+"""Rows converted and written at a time (pyarrow's default row group): a table of any length
+is written with the memory of one chunk of Arrow columns, not of the whole table."""
+
+_NUMPY_DTYPES = {
+    ColumnKind.INT: np.dtype(np.int64),
+    ColumnKind.FLOAT: np.dtype(np.float64),
+    ColumnKind.BOOL: np.dtype(np.bool_),
+}
+
+
+def _arrow_column(col: pd.Series, kind: ColumnKind, arrow_type: pa.DataType) -> pa.Array:
+    """One column as Arrow: numeric columns straight from their numpy values (missing values,
+    NaN included, as nulls), the rest through Python values (`plain_column`)."""
+    dtype = _NUMPY_DTYPES.get(kind)
+    if dtype is None or not (
+        col.dtype == dtype or (kind is ColumnKind.INT and isinstance(col.dtype, pd.Int64Dtype))
+    ):
+        return pa.array(plain_column(col, kind), type=arrow_type)
+    missing = col.isna().to_numpy()
+    if not missing.any():
+        return pa.array(col.to_numpy(), type=arrow_type)
+    values = col.to_numpy(dtype=dtype, na_value=dtype.type(0))
+    return pa.array(values, type=arrow_type, mask=missing)
+
+
+def _chunk_table(df: pd.DataFrame, lo: int, model: type[BaseModel], schema: pa.Schema) -> pa.Table:
+    """Rows [lo, lo + ROWS_PER_CHUNK) of a record table as an Arrow table of `schema`."""
+    chunk = df.iloc[lo : lo + ROWS_PER_CHUNK]
+    specs = zip(column_specs(model), schema, strict=True)
+    arrays = [_arrow_column(chunk[spec.name], spec.kind, fld.type) for spec, fld in specs]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def write_parquet_dir(directory: Path, trace: Trace) -> None:
     (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
     for table, model in TABLES.items():
         df = trace.table(table)
-        arrays = {}
         schema = _arrow_schema(model)
-        for spec, fld in zip(column_specs(model), schema, strict=True):
-            arrays[spec.name] = pa.array(plain_column(df[spec.name], spec.kind), type=fld.type)
-        pq.write_table(pa.table(arrays, schema=schema), directory / f"{table}.parquet")
+        path = directory / f"{table}.parquet"
+        if len(df) <= ROWS_PER_CHUNK:
+            pq.write_table(_chunk_table(df, 0, model, schema), path)
+            continue
+        with pq.ParquetWriter(path, schema) as writer:
+            for lo in range(0, len(df), ROWS_PER_CHUNK):
+                writer.write_table(_chunk_table(df, lo, model, schema))
 
 
 def _read_parquet_table(path: Path) -> pd.DataFrame:

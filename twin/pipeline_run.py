@@ -74,7 +74,3 @@ class PipelineRecords:
     the pipeline could lend; None elsewhere."""
     samples: dict[str, np.ndarray] | None = None
     """Per-sample columns (finish_s, num_resumes) of a sample-level run; None elsewhere."""
-
-    def add(self, table: dict[str, list], **row: object) -> None:
-        for key, value in row.items():
-            table.setdefault(key, []).append(value)

@@ -1,0 +1,342 @@
+"""The state and records of one SimPy pipeline run: step costs, the current split, the policy
+call at each step boundary (observation, decision, record) and a resize's stall.
+
+The modes' SimPy processes (twin/pipeline.py) drive it; this part is what every mode shares,
+and the per-step hot path: it runs once per step boundary, so it reads precomputed lists and
+templates rather than building the same objects again at every step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from dynaresize.policies.types import (
+    Allocation,
+    CandidatePrediction,
+    Decision,
+    LendingOffer,
+    StageTimes,
+    StepObservation,
+)
+from dynaresize.traces.phases import PhaseName, Role
+
+from .costs.resize import ResizePlan
+from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
+from .trusted import trusted, trusted_complete
+
+__all__ = ["PipelineCore"]
+
+RESIZE_FIELDS = (
+    "resize_id",
+    "step",
+    "phase",
+    "strategy",
+    "from_allocation",
+    "to_allocation",
+    "start_s",
+    "end_s",
+    "critical",
+    "bytes_moved",
+)
+"""The columns of a resize phase row, in the order `PipelineCore` writes them."""
+
+
+@dataclass
+class _PendingResize:
+    resize_id: int
+    floor_s: float
+    """The next training stage cannot end earlier than this after it starts."""
+    slowdown_s: float
+
+
+class PipelineCore:
+    """What every pipeline mode shares; the modes' processes live in a subclass."""
+
+    def __init__(self, run: PipelineRun) -> None:
+        costs, cost_source = run.costs, run.cost_source
+        self.env = simpy.Environment()
+        self.costs = costs
+        self.policy = run.policy
+        self.policy_name = run.policy_name
+        self.pipeline = run.pipeline
+        self.current = costs.index(run.initial)
+        self.plans = run.plans
+        self.recent: deque[StageTimes] = deque(maxlen=run.observation_window_steps)
+        self.cost_source = cost_source
+        self.last_decision: Decision | None = None
+        self.can_lend = False
+        """Whether observations offer lending (a pipeline that lends sets it)."""
+        self.records = PipelineRecords()
+        self.num_steps = costs.num_steps
+        # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
+        # turns them into the step table's columns in one pass.
+        self.batch_rollout_s = [0.0] * self.num_steps
+        self.batch_version = [0] * self.num_steps
+        self.step_start = [0.0] * self.num_steps
+        self.step_end = [0.0] * self.num_steps
+        self.step_train_s = [0.0] * self.num_steps
+        self.step_allocation = [0] * self.num_steps
+        self.step_resize_id: list[int | None] = [None] * self.num_steps
+        self.pending: _PendingResize | None = None
+        self.num_resizes = 0
+        self.last_resize_step: int | None = None
+        self.measured_resize_costs_s: tuple[float, ...] = ()
+        """The observation's field as it stands: a new tuple at each resize, not at each step."""
+        self.step_start_s = 0.0
+        self.roles = [
+            [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
+            for a in costs.candidates
+        ]
+        # Plain Python lists: the per-step reads below index these thousands of times, and a
+        # list index is several times cheaper than a numpy scalar read plus float().
+        self.rollout_s = costs.rollout_s.tolist()
+        self.train_s = costs.train_s.tolist()
+        self.sync_s = costs.sync_s.tolist()
+        self.predicted = run.predicted_step_s.tolist()
+        self.labels = [a.label for a in costs.candidates]
+        self.cost_source_value = cost_source.value
+        # Every field of each candidate's prediction but the predicted step time, for each
+        # current split (outer index) and candidate (inner index): staying costs nothing, a
+        # move costs its kind's plan.
+        self.prediction_templates = [
+            [self._prediction_template(current, cand) for cand in costs.candidates]
+            for current in costs.candidates
+        ]
+        self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
+        """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
+        self.resize_rows: list[tuple] = []
+        """One tuple per resize phase, in RESIZE_FIELDS order; columns at `finish`."""
+        self.phase_rows: dict[tuple[int, int], list[tuple]] = {}
+        """Per (from, to) pair, the plan's phases as (phase, start_s, end_s, critical, bytes)."""
+
+    # -- shared pieces ---------------------------------------------------------------------
+
+    def _train_duration_s(self, k: int) -> tuple[float, int | None]:
+        """Training stage of step k on the current split, with a pending resize's effect."""
+        base_s = self.train_s[k][self.current]
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return base_s, None
+        return max(base_s + pending.slowdown_s, pending.floor_s), pending.resize_id
+
+    def _rollout(self, batch: int, version: int):
+        """Generate one batch on the current split (a SimPy sub-process body)."""
+        duration_s = self.rollout_s[batch][self.current]
+        start_s = self.env.now
+        yield self.env.timeout(duration_s)
+        self.records.rollout_intervals.append((start_s, start_s + duration_s))
+        self.batch_rollout_s[batch] = duration_s
+        self.batch_version[batch] = version
+
+    def _train_and_sync(self, train_s: float, *, one_event: bool):
+        """Training then weight sync, one busy span of the training GPUs.
+
+        With `one_event` (the lockstep modes, where no other process runs) it is one SimPy
+        event; in async mode the sync's start stays an event of its own, so that events of the
+        rollout process at the same instant keep their order.
+        """
+        start_s = self.env.now
+        sync_s = self.sync_s[self.current]
+        if one_event:
+            yield self.env.timeout(train_s + sync_s)
+        else:
+            yield self.env.timeout(train_s)
+            yield self.env.timeout(sync_s)
+        self.records.train_intervals.append((start_s, self.env.now))
+
+    def _record_step(
+        self,
+        k: int,
+        train_s: float,
+        resize_id: int | None,
+        *,
+        wait_s: float | None = None,
+        waited_fraction: float | None = None,
+        lent: bool = False,
+    ) -> None:
+        now = self.env.now
+        self.step_start[k] = self.step_start_s
+        self.step_end[k] = now
+        self.step_train_s[k] = train_s
+        self.step_allocation[k] = self.current
+        self.step_resize_id[k] = resize_id
+        self.recent.append(
+            trusted_complete(
+                StageTimes,
+                {
+                    "step": k,
+                    "allocation": self.costs.candidates[self.current],
+                    "rollout_s": self.batch_rollout_s[k],
+                    "train_s": train_s,
+                    "sync_s": self.sync_s[self.current],
+                    "step_s": now - self.step_start_s,
+                    "wait_s": wait_s,
+                    "waited_fraction": waited_fraction,
+                    "lent": lent,
+                },
+            )
+        )
+
+    _record = _record_step
+    """Step k's records (a pipeline that follows samples adds how training waited)."""
+
+    def finish(self) -> PipelineRecords:
+        """Assemble the step columns from the per-step arrays (one pass, no per-row objects)."""
+        n = self.num_steps
+        alloc = np.array(self.step_allocation, dtype=np.int64)
+        start_s = np.array(self.step_start, dtype=np.float64)
+        end_s = np.array(self.step_end, dtype=np.float64)
+        train_gpus = np.array([a.train_gpus for a in self.costs.candidates], dtype=np.int64)
+        rollout_gpus = np.array([a.rollout_gpus for a in self.costs.candidates], dtype=np.int64)
+        self.records.steps = {
+            "step": np.arange(n, dtype=np.int64),
+            "start_s": start_s,
+            "end_s": end_s,
+            "rollout_s": np.array(self.batch_rollout_s, dtype=np.float64),
+            "train_s": np.array(self.step_train_s, dtype=np.float64),
+            "sync_s": self.costs.sync_s[alloc],
+            "step_s": end_s - start_s,
+            "train_gpus": train_gpus[alloc],
+            "rollout_gpus": rollout_gpus[alloc],
+            "device_roles": [self.roles[i] for i in self.step_allocation],
+            "resize_id": self.step_resize_id,
+            "rollout_batch_id": np.arange(n, dtype=np.int64),
+            "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
+        }
+        self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
+        self.records.resizes = _columns(RESIZE_FIELDS, self.resize_rows)
+        return self.records
+
+    def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
+        plan = None if cand == current else self.plans.between(current, cand)
+        return {
+            "allocation": cand,
+            "predicted_resize_critical_s": plan.critical_s if plan else 0.0,
+            "predicted_resize_background_s": plan.slowdown_s if plan else 0.0,
+            "cost_source": self.cost_source,
+        }
+
+    def _observe(self, k: int) -> StepObservation:
+        current = self.current
+        templates = self.prediction_templates
+        candidates = tuple(
+            trusted_complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
+            for c, x in enumerate(self.predicted[k])
+        )
+        since = None if self.last_resize_step is None else k - self.last_resize_step
+        return trusted(
+            StepObservation,
+            step=k,
+            now_s=self.env.now,
+            allocation=self.costs.candidates[self.current],
+            recent=tuple(self.recent),
+            candidates=candidates,
+            steps_since_resize=since,
+            remaining_steps=self.num_steps - k - 1,
+            measured_resize_costs_s=self.measured_resize_costs_s,
+            lending=self._lending_offer(k) if self.can_lend else None,
+        )
+
+    def _lending_offer(self, k: int) -> LendingOffer | None:
+        """What lending would give in the next step (a pipeline that lends says)."""
+        return None
+
+    def _decide(self, k: int) -> int | None:
+        """Ask the policy at the boundary after step k; the target's index, or None to hold."""
+        obs = self._observe(k)
+        decision: Decision = self.policy.decide(obs)
+        self.last_decision = decision
+        wanted = decision.target if decision.is_resize else None
+        target = None
+        if wanted is not None:
+            target = self._index(wanted)
+            if target == self.current:
+                target = None
+        self.records.decision_rows.append(
+            (
+                k,
+                self.env.now,
+                self.policy_name,
+                "hold" if target is None else "resize",
+                self.labels[self.current],
+                None if target is None else self.labels[target],
+                decision.reason,
+                self.cost_source_value,
+                None if target is None else self._plan_to(target).critical_s,
+                None if target is None else self.num_resizes,
+            )
+        )
+        return target
+
+    def _index(self, allocation: Allocation) -> int:
+        """The candidate index of `allocation` (KeyError if it is none of them)."""
+        if type(allocation) is Allocation:
+            index = self.index_of.get((allocation.train_gpus, allocation.rollout_gpus))
+            if index is not None:
+                return index
+        return self.costs.index(allocation)
+
+    def _plan_to(self, target: int) -> ResizePlan:
+        candidates = self.costs.candidates
+        return self.plans.between(candidates[self.current], candidates[target])
+
+    def _phase_rows(self, target: int) -> list[tuple]:
+        """The phases of the plan from the current split to `target`, as plain tuples."""
+        key = (self.current, target)
+        rows = self.phase_rows.get(key)
+        if rows is None:
+            phases = self._plan_to(target).phases
+            rows = [(p.name.value, p.start_s, p.end_s, p.critical, p.bytes_moved) for p in phases]
+            self.phase_rows[key] = rows
+        return rows
+
+    def _resize(self, k: int, target: int, drain_s: float | None):
+        """Stall for the critical path (after a drain, in async mode) and switch the split."""
+        resize_id = self.num_resizes
+        self.num_resizes += 1
+        start_s = self.env.now
+        plan = self._plan_to(target)
+        head = (self.labels[self.current], self.labels[target])
+        rows = self.resize_rows
+        strategy = plan.strategy.value
+        offset_s = start_s
+        if drain_s is not None:
+            drain = PhaseName.ROLLOUT_DRAIN.value
+            rows.append((resize_id, k, drain, strategy, *head, start_s, start_s + drain_s, True, 0))
+            offset_s += drain_s
+        for name, lo_s, hi_s, critical, nbytes in self._phase_rows(target):
+            rows.append(
+                (
+                    resize_id,
+                    k,
+                    name,
+                    strategy,
+                    *head,
+                    offset_s + lo_s,
+                    offset_s + hi_s,
+                    critical,
+                    nbytes,
+                )
+            )
+        stall_s = (offset_s - start_s) + plan.critical_s
+        yield self.env.timeout(stall_s)
+        self.records.stall_s += stall_s
+        self.measured_resize_costs_s += (stall_s,)
+        self.current = target
+        self.last_resize_step = k
+        self.pending = _PendingResize(
+            resize_id=resize_id,
+            floor_s=plan.background_tail_s,
+            slowdown_s=plan.slowdown_s,
+        )
+
+
+def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
+    """Row tuples as named columns (no columns when there are no rows)."""
+    if not rows:
+        return {}
+    return {name: list(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
