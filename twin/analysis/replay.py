@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,16 @@ from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.importers.verl_switches import CONTROLLER as VERL_SEPARATE_ASYNC
 from dynaresize.traces.io import Trace
-from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.phases import PipelineMode
-from dynaresize.traces.staged_dir import staged_dir
 
 from ..analysis_context import AnalysisContext, context_from_config
-from ..calibration.fit import CostFit, fitted_overrides
 from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
 from ..config import ScenarioConfig, load_config
-from ..mechanisms import MechanismComparison, compare_mechanisms, write_mechanisms
-from ..optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
-from ..run_facts import AssumedFact, RunFacts, refuse_assumed
+from ..mechanisms import compare_mechanisms
+from ..optimal import Regret, optimum_of_context, optimum_schedule_table
+from ..run_facts import RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
 from ..trace_source import open_trace, trace_notes
 from .colocated import (
@@ -50,72 +46,34 @@ from .colocated import (
     fastest_start,
     with_start_fact,
 )
+from .replay_outputs import decisions_table, plot_replay, write_replay_outputs
+from .replay_result import (
+    COLOCATED_MEASURED,
+    COLOCATED_PREDICTED,
+    OFFLINE_OPTIMUM,
+    RECORDED_MEASURED,
+    RECORDED_PREDICTED,
+    TABLE_COLUMNS,
+    ReplayResult,
+)
+
+__all__ = [
+    "COLOCATED_MEASURED",
+    "COLOCATED_PREDICTED",
+    "OFFLINE_OPTIMUM",
+    "RECORDED_MEASURED",
+    "RECORDED_PREDICTED",
+    "TABLE_COLUMNS",
+    "ReplayResult",
+    "decisions_table",
+    "plot_replay",
+    "replay_trace",
+    "run_replay",
+    "write_replay_outputs",
+]
 
 PolicySpec = str | Mapping[str, Any] | PolicyConfigBase
 """A policy as replay takes it: a config, a mapping of one, or the CLI form `KIND[:k=v,...]`."""
-
-RECORDED_MEASURED = "recorded (measured)"
-RECORDED_PREDICTED = "recorded (twin)"
-COLOCATED_MEASURED = "recorded colocated (measured)"
-COLOCATED_PREDICTED = "recorded colocated (twin)"
-OFFLINE_OPTIMUM = "offline optimum"
-
-TABLE_COLUMNS = [
-    "name",
-    "kind",
-    "total_s",
-    "total_h",
-    "speedup_vs_recorded",
-    "regret_s",
-    "regret_pct",
-    "num_resizes",
-    "thrash_count",
-]
-
-
-@dataclass(frozen=True)
-class ReplayResult:
-    table: pd.DataFrame
-    """One row per compared run, columns TABLE_COLUMNS."""
-    measured_steps: pd.DataFrame
-    """The trace's steps table."""
-    predicted_steps: pd.DataFrame
-    """The recorded run as the twin predicts it: at least `step` and `step_s` per step."""
-    predicted_total_s: float
-    policies: dict[str, SimResult]
-    optimum: OptimalSchedule
-    fit: CostFit | None
-    notes: list[str] = field(default_factory=list)
-    assumed: tuple[AssumedFact, ...] = ()
-    """Facts the comparison depends on that nothing gave (printed first, in replay.json)."""
-    warnings: tuple[str, ...] = ()
-    """Costs used outside the range they were fitted on."""
-
-    @property
-    def measured_total_s(self) -> float:
-        """The recorded run's measured total (the table's first row)."""
-        return float(self.table["total_s"].iloc[0])
-
-    recorded_decisions: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """The recorded run's controller decisions, where its log kept them."""
-    optimal_schedule: pd.DataFrame = field(default_factory=pd.DataFrame)
-    """The optimum's start and moves (`twin.optimal.schedule_table`)."""
-    mechanisms: MechanismComparison | None = None
-    """The mechanisms side by side on the recorded workload, when asked for."""
-
-    @property
-    def prediction_error(self) -> float:
-        """Twin-predicted total of the recorded run over its measured total, minus 1."""
-        return self.predicted_total_s / self.measured_total_s - 1.0
-
-    @property
-    def step_time_mape(self) -> float:
-        """Mean absolute percentage error of the predicted step times, step by step."""
-        measured = self.measured_steps["step_s"].to_numpy(np.float64)
-        predicted = self.predicted_steps["step_s"].to_numpy(np.float64)
-        ok = measured > 0
-        return float(np.mean(np.abs(predicted[ok] / measured[ok] - 1.0))) if ok.any() else 0.0
-
 
 # --- building the comparison --------------------------------------------------------------
 
@@ -307,21 +265,6 @@ def is_colocated(trace: Trace) -> bool:
     return trace.meta.pipeline_mode is PipelineMode.COLOCATED
 
 
-def decisions_table(result: ReplayResult) -> pd.DataFrame:
-    """Every compared run's decisions in one table, a `run` column first: the recorded run's
-    controller (where its log kept its decisions) and each replayed policy."""
-    frames = []
-    if len(result.recorded_decisions):
-        frames.append(result.recorded_decisions.assign(run=RECORDED_MEASURED))
-    for name, run in result.policies.items():
-        if len(run.decisions):
-            frames.append(run.decisions.assign(run=name))
-    if not frames:
-        return pd.DataFrame(columns=["run", "step", "decision", "from_allocation", "to_allocation"])
-    table = pd.concat(frames, ignore_index=True)
-    return table[["run", *[c for c in table.columns if c != "run"]]]
-
-
 def _recorded_controller(trace: Trace) -> str | None:
     """The policy that recorded the trace's decisions, if it has any."""
     decisions = trace.decisions
@@ -368,70 +311,6 @@ def _row(
         "num_resizes": num_resizes,
         "thrash_count": thrash,
     }
-
-
-# --- plot and files -----------------------------------------------------------------------
-
-
-def plot_replay(result: ReplayResult, *, title: str):
-    """Totals of every compared run, and measured against predicted step times."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 8), layout="constrained")
-    top, bottom = fig.subplots(2, 1, height_ratios=[1, 1])
-    table = result.table
-    colors = {"recorded": "C0", "static": "C7", "policy": "C2", "optimum": "C3"}
-    positions = np.arange(len(table))
-    top.barh(positions, table["total_h"], color=[colors[k] for k in table["kind"]])
-    top.set_yticks(positions, table["name"])
-    top.invert_yaxis()
-    top.axvline(result.optimum.total_s / 3600, color="C3", lw=0.8, ls="--")
-    top.set_xlabel("total time (h)")
-    top.set_title(title)
-    top.grid(axis="x", alpha=0.3)
-    measured = result.measured_steps
-    predicted = result.predicted_steps
-    bottom.plot(measured["step"], measured["step_s"], lw=0.8, label="recorded (measured)")
-    bottom.plot(predicted["step"], predicted["step_s"], lw=0.8, label="recorded (twin)")
-    for name, run in result.policies.items():
-        bottom.plot(run.steps["step"], run.steps["step_s"], lw=0.6, alpha=0.7, label=name)
-    bottom.set_xlabel("step")
-    bottom.set_ylabel("step time (s)")
-    bottom.grid(alpha=0.3)
-    bottom.legend(fontsize=8, loc="best")
-    return fig
-
-
-def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, scenario) -> None:
-    """replay.csv, replay.json, replay.png, fitted costs and the resolved config, all or nothing.
-
-    Files are written to a temporary folder beside `out_dir` and then moved in.
-    """
-    with staged_dir(out_dir, replace=False) as staging:
-        result.table.to_csv(staging / "replay.csv", index=False)
-        payload = {
-            "assumed": [f.as_dict() for f in result.assumed],
-            "warnings": list(result.warnings),
-            "table": result.table.to_dict(orient="records"),
-            "prediction_error": result.prediction_error,
-            "step_time_mape": result.step_time_mape,
-            "optimum_num_resizes": result.optimum.num_resizes,
-            "fit": None if result.fit is None else result.fit.quality_lines(),
-            "notes": result.notes,
-        }
-        (staging / "replay.json").write_text(dumps_finite(payload) + "\n")
-        (staging / "config.json").write_text(scenario.model_dump_json(indent=2))
-        if result.fit is not None:
-            import yaml
-
-            text = yaml.safe_dump(fitted_overrides(result.fit), sort_keys=False)
-            (staging / "costs.yaml").write_text(text)
-        result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
-        result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
-        decisions_table(result).to_csv(staging / "decisions.csv", index=False)
-        plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
-        if result.mechanisms is not None:
-            write_mechanisms(result.mechanisms, staging, title=f"{title}: mechanisms")
 
 
 def run_replay(

@@ -24,7 +24,8 @@ import numpy as np
 from dynaresize.traces.phases import PipelineMode
 
 from ..config import ScenarioConfig
-from ..simulation import SimContext, _busy_between
+from ..sim_records import _busy_between
+from ..simulation import SimContext
 from .vector_policies import Boundary, CandidateMoves, VectorDecider
 
 LOCKSTEP_MODES = (PipelineMode.SYNC, PipelineMode.ONE_STEP_OFF)
