@@ -133,10 +133,6 @@ def fill_flat(buffer: torch.Tensor, parameters: Sequence[torch.Tensor]) -> torch
     total = sum(p.numel() for p in parameters)
     if buffer.ndim != 1 or buffer.numel() != total:
         raise ValueError(f"buffer has shape {tuple(buffer.shape)}, parameters hold {total}")
-    offset = 0
     with torch.no_grad():
-        for param in parameters:
-            size = param.numel()
-            buffer[offset : offset + size].copy_(param.detach().reshape(-1))
-            offset += size
+        torch.cat([p.detach().reshape(-1) for p in parameters], out=buffer)
     return buffer
