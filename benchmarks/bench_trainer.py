@@ -120,11 +120,10 @@ def device_to_host_bytes(run) -> int:
 def run_case(case: dict[str, Any], *, device: str, steps: int, checkpointing: bool) -> dict:
     import torch
 
-    from dynaresize.executor.rl.model import build_model
+    from dynaresize.executor.rl.model import build_model, count_parameters
     from dynaresize.executor.rl.model_spec import ModelSpec
     from dynaresize.executor.rl.settings import ObjectiveSettings, OptimizerSettings
     from dynaresize.executor.testing.trainer_ranks import single_trainer
-    from dynaresize.executor.worker.trainer import flat_numel
 
     dev = (
         torch.device("cuda", torch.cuda.current_device())
@@ -163,7 +162,7 @@ def run_case(case: dict[str, Any], *, device: str, steps: int, checkpointing: bo
     )
     out = {
         **{k: v for k, v in case.items() if k != "key"},
-        "parameters": flat_numel(model),
+        "parameters": count_parameters(model),
         "tokens": tokens,
         "build_s": build_s,
         "step_s": step_s,

@@ -54,6 +54,14 @@ class RoleMap:
         """Data-parallel rank of a trainer (its place among the trainers)."""
         return self.trainer_ids.index(worker_id)
 
+    def future_replicas(self, candidates: tuple[Allocation, ...]) -> tuple[int, ...]:
+        """Trainers here that are rollout replicas under some of `candidates`: the only workers
+        that can ever move into Rollout, the only ones worth building a resident engine for."""
+        if not candidates:
+            return ()
+        fewest_trainers = min(c.train_gpus for c in candidates)
+        return tuple(w for w in self.trainer_ids if w >= fewest_trainers)
+
     def arriving_trainers(self, old: RoleMap) -> tuple[int, ...]:
         """Workers that train here but did not under `old`."""
         return tuple(w for w in self.trainer_ids if w not in old.trainer_ids)

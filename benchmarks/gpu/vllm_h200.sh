@@ -63,7 +63,7 @@ $PY -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__ver
     >> "$OUT/steps.log" 2>&1
 
 if has tests; then
-    step tests 240 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+    step tests 330 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
         tests/executor/test_vllm_cuda.py
 fi
 
@@ -86,12 +86,14 @@ live() {  # NAME RELEASE [more bench_live arguments]
         --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" "$@"
 }
 
-if has live || has live-sleep; then live vllm_sleep sleep; fi
-if has live || has live-destroy; then live vllm_destroy destroy; fi
+# 2:2 -> 3:1 removes a replica, 3:1 -> 1:3 adds two: both figures within LIVE_STEPS (4) steps
+SCHEDULE=${SCHEDULE:-"1@3:1;2@1:3"}
+if has live || has live-sleep; then live vllm_sleep sleep --schedule "$SCHEDULE"; fi
+if has live || has live-destroy; then live vllm_destroy destroy --schedule "$SCHEDULE"; fi
 
 if has loop; then
-    [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep
-    live vllm_sleep_other sleep --schedule "1@1:3;3@3:1"
+    [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep --schedule "$SCHEDULE"
+    live vllm_sleep_other sleep --schedule "1@1:3;2@3:1"
     step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
         --trace "$SCRATCH/run_vllm_sleep/trace" --out "$SCRATCH/costs.yaml"
     step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \

@@ -124,8 +124,9 @@ def take_roles(
 ) -> None:
     """The current role map's groups, every worker's role in it, and the trainers' ranks.
 
-    With resident or sleeping rollout engines (`release: keep`, `sleep`) the trainers build
-    theirs here too (a sleeping one is put to sleep at once). `lap(part)` marks the end
+    With resident or sleeping rollout engines (`release: keep`, `sleep`) the trainers that some
+    candidate split makes replicas build theirs here too (a sleeping one is put to sleep at once);
+    a trainer under every candidate never needs one. `lap(part)` marks the end
     of the roles (`ROLES_TAKEN`) and of the resident engines (`RESIDENT_ENGINES_BUILT`).
     """
     rt, roles = runtime, runtime.roles
@@ -136,8 +137,7 @@ def take_roles(
         )
     lap(SetupPart.ROLES_TAKEN)
     if rt.config.rollout_engine.release in (EngineRelease.KEEP, EngineRelease.SLEEP):
-        rt.call(roles.trainer_ids, LiveWorker.prebuild_rollout_engine).wait(
-            "building resident engines"
-        )
+        future = roles.future_replicas(rt.config.candidates)
+        rt.call(future, LiveWorker.prebuild_rollout_engine).wait("building resident engines")
         lap(SetupPart.RESIDENT_ENGINES_BUILT)
     rt.call(roles.trainer_ids, LiveWorker.bind_trainer_rank).wait("binding trainer ranks")

@@ -20,13 +20,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ..batch import RolloutSample
-from ..rl.model import build_model
+from ..rl.model import build_model, count_parameters
 from ..rl.model_spec import ModelSpec
 from ..rl.settings import ObjectiveSettings, OptimizerSettings
 from ..worker.collectives import CollectivePath, PathChoice, choose_path
 from ..worker.deferred_optimizer import DeferredOptimizerState
 from ..worker.shards import ShardLayout, full_vectors, shards_from_full
-from ..worker.trainer import TrainerRole, flat_numel
+from ..worker.trainer import TrainerRole
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def _rank_main(rank: int, num_ranks: int, folder: str, job: GroupJob) -> None:
             micro_batch_samples=job.micro_batch_samples,
             micro_batch_tokens=job.micro_batch_tokens,
         )
-        layout = ShardLayout(numel=flat_numel(model), num_ranks=num_ranks)
+        layout = ShardLayout(numel=count_parameters(model), num_ranks=num_ranks)
         trainer.bind(
             group=group,
             rank=rank,
@@ -120,7 +120,7 @@ def single_trainer(model: torch.nn.Module, device: torch.device, **settings) -> 
     """One trainer rank (no group) on `model`'s own initial weights; `settings` are
     `TrainerRole`'s keyword arguments besides the model and device."""
     trainer = TrainerRole(worker_id=0, model=model, device=device, **settings)
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=flat_numel(model), num_ranks=1))
+    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=count_parameters(model), num_ranks=1))
     load_initial_weights(trainer)
     return trainer
 

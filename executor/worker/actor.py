@@ -30,7 +30,7 @@ from dynaresize.traces.phases import Role
 from ..batch import RolloutSample
 from ..job.live_job import replica_scorer, rollout_shape
 from ..job.prompt_source import PromptItem
-from ..rl.model import build_model
+from ..rl.model import build_model, count_parameters
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
 from .collectives import choose_path, device_key
@@ -38,7 +38,7 @@ from .device_weights import sync_on_device
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState
 from .state import WorkerState
-from .trainer import TrainerRole, TrainReport, flat_numel
+from .trainer import TrainerRole, TrainReport
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
@@ -130,7 +130,7 @@ class LiveWorker(WorkerState):
         """Build the model from the config's spec (same seed on every worker: same weights)."""
         self._model = build_model(self.config.model, device=self.device)
         self._model.requires_grad_(True)
-        return flat_numel(self._model)
+        return count_parameters(self._model)
 
     def leave_world(self) -> int:
         """Destroy every process group of this worker at the end of a run that ended well: the
@@ -230,7 +230,7 @@ class LiveWorker(WorkerState):
         its trainer group (a collective over the trainer group: every trainer calls it)."""
         roles = self._role_map()
         rank = roles.trainer_rank(self.worker_id)
-        layout = ShardLayout(numel=flat_numel(self.model), num_ranks=roles.num_trainers)
+        layout = ShardLayout(numel=count_parameters(self.model), num_ranks=roles.num_trainers)
         keys: list[str] = [device_key(self.device)]
         if roles.num_trainers > 1:
             keys = [""] * roles.num_trainers
@@ -265,7 +265,7 @@ class LiveWorker(WorkerState):
         return self._trainer().export_shard()
 
     def trainer_numel(self) -> int:
-        return flat_numel(self.model)
+        return count_parameters(self.model)
 
     def initial_shard(self, *, optimizer_step: int = 0) -> float:
         """First start: this rank's slice of the model's own (identical) initial weights."""
@@ -328,7 +328,7 @@ class LiveWorker(WorkerState):
             flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
         else:
             dtype = next(self.model.parameters()).dtype
-            flat = torch.empty(flat_numel(self.model), dtype=dtype)
+            flat = torch.empty(count_parameters(self.model), dtype=dtype)
         payload = flat.view(torch.uint8)
         dist.broadcast(payload, src=source, group=self.sync_group)
         digest = weights_digest(flat) if self.worker_id == source else None

@@ -33,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 from ..batch import RolloutSample
 from ..rl import grpo
 from ..rl.settings import ObjectiveSettings
+from .causal_attention import mask_free_causal_attention
 
 PLAIN_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "llama", "mistral"})
 """Hugging Face model types whose causal-LM logits are the output head applied to the decoder's
@@ -146,7 +147,8 @@ def response_logprobs(
     if model_type not in PLAIN_HEAD_MODEL_TYPES or head is None or decoder is None:
         full = grpo.token_logprobs(model, batch)  # [rows, T], 0 at t = 0
         return full.reshape(-1).index_select(0, positions)
-    hidden = decoder(input_ids=batch.input_ids, use_cache=False).last_hidden_state
+    with mask_free_causal_attention(model):
+        hidden = decoder(input_ids=batch.input_ids, use_cache=False).last_hidden_state
     picked = hidden.reshape(rows * width, -1).index_select(0, positions - 1)
     parts = []
     for lo in range(0, picked.shape[0], chunk_tokens):

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ..batch import RolloutSample
+from ..rl.model import count_parameters
 from ..rl.settings import ObjectiveSettings, OptimizerSettings
 from ..rl.task import TOKENIZER
 from .collectives import PathChoice, TrainerCollectives, choose_path
@@ -45,10 +46,6 @@ class TrainReport:
     """(prompt_id, sample_index) of every sample this trainer trained on."""
     logprob_gap: LogprobGap = field(default_factory=LogprobGap)
     """Engine-reported vs recomputed logprobs of its samples (a health figure)."""
-
-
-def flat_numel(model: torch.nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 class TrainerRole:
@@ -81,7 +78,7 @@ class TrainerRole:
             enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.group: dist.ProcessGroup | None = None
         self.rank = 0
-        self.layout = ShardLayout(numel=flat_numel(model), num_ranks=1)
+        self.layout = ShardLayout(numel=count_parameters(model), num_ranks=1)
         self.collectives = TrainerCollectives(choose_path(["one"], device_type=device.type), None)
         self.sharing_trainers = 1
         """Trainers of the group on this trainer's device (the memory check divides by it)."""

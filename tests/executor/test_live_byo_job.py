@@ -30,7 +30,11 @@ from dynaresize.executor.job.char_model import write_char_model_folder  # noqa: 
 from dynaresize.executor.job.hf_folder import load_model_folder  # noqa: E402
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer, rollout_shape  # noqa: E402
 from dynaresize.executor.job.reward import RewardFunctionError  # noqa: E402
-from dynaresize.executor.rl.model import flatten_parameters, load_flat_parameters  # noqa: E402
+from dynaresize.executor.rl.model import (  # noqa: E402
+    count_parameters,
+    flatten_parameters,
+    load_flat_parameters,
+)
 from dynaresize.executor.run_folder import checkpoint as ckpt  # noqa: E402
 from dynaresize.executor.run_folder.lineage import check_lineage  # noqa: E402
 from dynaresize.executor.run_folder.records import read_lineage  # noqa: E402
@@ -41,7 +45,7 @@ from dynaresize.executor.worker.rollout import (  # noqa: E402
     sampling_params,
 )
 from dynaresize.executor.worker.shards import ShardLayout  # noqa: E402
-from dynaresize.executor.worker.trainer import TrainerRole, flat_numel  # noqa: E402
+from dynaresize.executor.worker.trainer import TrainerRole  # noqa: E402
 from dynaresize.traces.io import read_trace  # noqa: E402
 from tests.job_files import verl_row, write_parquet  # noqa: E402
 
@@ -175,7 +179,7 @@ def _update_with_batch(live: LiveConfig):
         objective=live.objective,
         micro_batch_samples=live.micro_batch_samples,
     )
-    layout = ShardLayout(numel=flat_numel(trainer_model), num_ranks=1)
+    layout = ShardLayout(numel=count_parameters(trainer_model), num_ranks=1)
     trainer.bind(group=None, rank=0, layout=layout)
     before = flatten_parameters(trainer_model).clone()
     trainer.load_weights(before.float(), optimizer_step=0)

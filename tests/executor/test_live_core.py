@@ -14,7 +14,7 @@ import torch
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
-from dynaresize.executor.rl.model import build_model
+from dynaresize.executor.rl.model import build_model, count_parameters
 from dynaresize.executor.rl.task import TOKENIZER
 from dynaresize.executor.worker.objective import pack
 from dynaresize.executor.worker.rollout import (
@@ -24,7 +24,7 @@ from dynaresize.executor.worker.rollout import (
     sampling_params,
 )
 from dynaresize.executor.worker.shards import ShardLayout
-from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
+from dynaresize.executor.worker.trainer import TrainerRole
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -68,7 +68,7 @@ def _trainer() -> TrainerRole:
         objective=LIVE.objective,
         micro_batch_samples=LIVE.micro_batch_samples,
     )
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=flat_numel(model), num_ranks=1))
+    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=count_parameters(model), num_ranks=1))
     flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
     trainer.load_weights(flat, optimizer_step=0)
     trainer.load_moments({})

@@ -19,6 +19,26 @@ from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName
 
 
+@given(
+    num_workers=st.integers(min_value=2, max_value=9),
+    data=st.data(),
+)
+def test_future_replicas_are_the_trainers_some_candidate_makes_replicas(
+    num_workers: int, data
+) -> None:
+    split = lambda t: Allocation(train_gpus=t, rollout_gpus=num_workers - t)  # noqa: E731
+    start = RoleMap.for_allocation(split(data.draw(st.integers(1, num_workers - 1))))
+    counts = data.draw(st.lists(st.integers(1, num_workers - 1), max_size=4, unique=True))
+    candidates = tuple(split(t) for t in counts)
+    expected = {
+        w
+        for c in candidates
+        for w in RoleMap.for_allocation(c).rollout_ids
+        if w in start.trainer_ids
+    }
+    assert set(start.future_replicas(candidates)) == expected
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     numel=st.integers(min_value=1, max_value=10_000),

@@ -112,6 +112,41 @@ def test_response_logprobs_are_the_rl_cores_at_the_response_tokens() -> None:
     torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_the_trainers_forward_skips_the_mask_preparations_read_of_the_device(monkeypatch) -> None:
+    """Hugging Face's packed-sequence check reads a boolean back from the device (one host copy
+    per micro-batch on CUDA); the trainer's forward must not run it, must give the same
+    log-probs as the model's own SDPA path, and must leave the model's configuration as it was."""
+    import transformers.masking_utils as masking
+
+    model = build_model(LIVE.model)
+    assert model.config._attn_implementation == "sdpa"
+    samples = BATCHES[0]
+    batch = pack(samples, device=torch.device("cpu"), pad_token_id=TOKENIZER.pad_token_id)
+    positions = response_positions(samples, batch.input_ids.shape[1])
+    checks: list[int] = []
+    original = masking.find_packed_sequence_indices
+
+    def counted(position_ids: torch.Tensor) -> torch.Tensor | None:
+        checks.append(1)
+        return original(position_ids)
+
+    monkeypatch.setattr(masking, "find_packed_sequence_indices", counted)
+    with torch.no_grad():
+        own = model.base_model(input_ids=batch.input_ids, use_cache=False).last_hidden_state
+        assert checks, "the model's own path no longer runs the check: this test proves nothing"
+        checks.clear()
+        mine = response_logprobs(model, batch, positions, chunk_tokens=7)
+    assert checks == []
+    assert model.config._attn_implementation == "sdpa"
+    head = model.get_output_embeddings()
+    rows, width = batch.input_ids.shape
+    picked = own.reshape(rows * width, -1).index_select(0, positions - 1)
+    targets = batch.input_ids.reshape(-1).index_select(0, positions)
+    logits = head(picked).float()
+    expected = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logits.logsumexp(-1)
+    torch.testing.assert_close(mine, expected, rtol=1e-5, atol=1e-5)
+
+
 @given(
     lengths=st.lists(st.integers(1, 50), min_size=1, max_size=40),
     max_tokens=st.one_of(st.none(), st.integers(1, 400)),

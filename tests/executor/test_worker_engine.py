@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from dynaresize.executor.config import LiveConfig, RolloutEngines
 from dynaresize.executor.engines.config import EngineKind, EngineRelease
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
-from dynaresize.executor.rl.model import build_model
+from dynaresize.executor.rl.model import build_model, count_parameters
 from dynaresize.executor.rl.weights_digest import weights_digest
 from dynaresize.executor.run_folder.lineage import digest_problems
 from dynaresize.executor.run_folder.records import LineageRecord
@@ -30,7 +30,7 @@ from dynaresize.executor.worker.rollout import (
     sampling_params,
 )
 from dynaresize.executor.worker.shards import ShardLayout
-from dynaresize.executor.worker.trainer import TrainerRole, flat_numel
+from dynaresize.executor.worker.trainer import TrainerRole
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -148,7 +148,7 @@ def test_the_trainer_reports_how_far_the_engine_logprobs_are_from_its_own():
         objective=config.objective,
         micro_batch_samples=config.micro_batch_samples,
     )
-    numel = flat_numel(trainer_model)
+    numel = count_parameters(trainer_model)
     trainer.bind(group=None, rank=0, layout=ShardLayout(numel=numel, num_ranks=1))
     trainer.load_weights(flat_model_weights(trainer_model).float(), optimizer_step=0)
     trainer.load_moments({})
