@@ -249,7 +249,7 @@ def test_missing_bytes_use_the_model_state_size_and_unknown_phases_are_reported(
     assert any("comm_prewarm ran in the background" in n for n in result.notes)
     # The strategy was measured and never ran postprocess: it costs nothing in the fitted model.
     never_run = result.params.stop_and_rebuild[PhaseName.POSTPROCESS]
-    assert (never_run.base_s, never_run.s_per_gb) == (0.0, 0.0)
+    assert (never_run.base_s, never_run.s_per_gb, never_run.moves) == (0.0, 0.0, StateMoved.NONE)
     assert any("postprocess: in the configured DAG but never run" in n for n in result.notes)
 
 
@@ -325,6 +325,36 @@ def test_recorded_bytes_and_directions_shape_the_phases_they_came_from():
     np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
     assert any("adopted" in n for n in result.notes)
     assert any("gaining_training moves only" in n for n in result.notes)
+
+
+def test_a_phase_that_moved_nothing_where_others_record_bytes_is_fitted_as_moving_nothing():
+    """An export the executor does without moving bytes (the state moves in the restore phases)
+    records 0 bytes beside phases that record theirs: a measured zero. The fit must not price the
+    configured state's bytes there (their link floor alone would add a whole transfer to the
+    critical path), so the fitted plans predict every move exactly."""
+    nothing = {"moves": StateMoved.NONE}
+    truth = with_phase_updates(
+        true_params(),
+        StrategyName.OVERLAPPED,
+        {PhaseName.STATE_EXPORT: nothing, PhaseName.WEIGHT_RESTORE: RECUT_MASTER_WEIGHTS},
+    )
+    configured = ResizeCostParams().overlapped[PhaseName.STATE_EXPORT]
+    assert configured.moves is not StateMoved.NONE and configured.critical
+    rng = np.random.default_rng(12)
+    traces = [twin_trace(s, StrategyName.OVERLAPPED, rng, 0.0, truth) for s in (2.0, 8.2)]
+    export = pd.concat([t.resizes for t in traces])
+    export = export[export["phase"] == PhaseName.STATE_EXPORT.value]
+    assert len(export) and (export["bytes_moved"] == 0).all()
+    result = fit(traces)
+    fitted = result.params.overlapped[PhaseName.STATE_EXPORT]
+    assert fitted.moves is StateMoved.NONE
+    assert fitted.base_s == pytest.approx(truth.overlapped[PhaseName.STATE_EXPORT].base_s)
+    np.testing.assert_allclose(result.critical_path.abs_pct_error, 0.0, atol=1e-6)
+    assert any("adopted as moving nothing" in n for n in result.notes)
+    # Without any recorded bytes in the traces a zero is a missing count: the state is assumed.
+    for t in traces:
+        t.resizes["bytes_moved"] = 0
+    assert fit(traces).params.overlapped[PhaseName.STATE_EXPORT].moves is configured.moves
 
 
 def test_bytes_that_several_readings_explain_keep_the_configured_one():

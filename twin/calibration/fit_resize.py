@@ -177,7 +177,15 @@ def fit_resize_phases(
         if group.empty:
             continue
         prior = measured_placement(records, strategy, phase, prior, updated[strategy], notes)
-        prior = recorded_accounting(group, prior, model, notes, f"{strategy.value}.{phase.value}")
+        same_traces = records[records["trace_index"].isin(group["trace_index"].unique())]
+        prior = recorded_accounting(
+            group,
+            prior,
+            model,
+            notes,
+            f"{strategy.value}.{phase.value}",
+            traces_record_bytes=bool((same_traces["bytes_moved"] > 0).any()),
+        )
         group, prior = measured_direction(group, prior, notes, f"{strategy.value}.{phase.value}")
         gb, how = gigabytes_moved(group, prior, model)
         if how:

@@ -54,8 +54,16 @@ def recorded_accounting(
     default_model: ModelConfig,
     notes: list[str],
     name: str,
+    *,
+    traces_record_bytes: bool = False,
 ) -> PhaseCostParams:
     """The state kind and share that the records' bytes are, where they identify one.
+
+    A phase that moved no bytes in any record, in traces that record the bytes of their other
+    phases (`traces_record_bytes`: a zero there is a measured zero, not a missing count), moves
+    nothing: the executor moves that state in other phases, so the twin must not price the
+    configured kind's bytes here too (its link floor alone would put a whole model's transfer on
+    the critical path).
 
     The fit takes seconds per recorded GB; the twin predicts a move's GB from the model and the
     phase's `moves` and `share`. Where the bytes every record moved (those that moved any) are,
@@ -65,7 +73,14 @@ def recorded_accounting(
     """
     moved = group[group["bytes_moved"] > 0]
     if moved.empty:
-        return prior
+        if not traces_record_bytes or prior.moves is StateMoved.NONE:
+            return prior
+        notes.append(
+            f"{name}: none of its {len(group)} records moved bytes, while the same traces record "
+            f"the bytes of other phases (configured: {prior.share.value} {prior.moves.value}): "
+            "adopted as moving nothing"
+        )
+        return prior.model_copy(update={"moves": StateMoved.NONE})
     recorded = moved["bytes_moved"].to_numpy(np.float64) / 1e9
     before, after = trainer_counts(moved)
     shares = {
@@ -268,8 +283,12 @@ def zero_phases_never_run(
             continue
         seen = {PhaseName(v) for v in group["phase"].unique()}
         for phase, spec in updated[strategy].items():
-            if phase not in seen and (spec.base_s > 0 or spec.s_per_gb > 0):
-                updated[strategy][phase] = spec.model_copy(update={"base_s": 0.0, "s_per_gb": 0.0})
+            costs_time = spec.base_s > 0 or spec.s_per_gb > 0 or spec.moves is not StateMoved.NONE
+            if phase not in seen and costs_time:
+                # Moving nothing too: a phase's bytes have a link floor even at no per-GB rate.
+                updated[strategy][phase] = spec.model_copy(
+                    update={"base_s": 0.0, "s_per_gb": 0.0, "moves": StateMoved.NONE}
+                )
                 notes.append(
                     f"{strategy.value}.{phase.value}: in the configured DAG but never run in the "
                     "traces: costs nothing in the fitted model"
