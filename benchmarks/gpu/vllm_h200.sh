@@ -9,9 +9,9 @@
 #     bench-0.5b  the same, 0.5b shape (bench: both)                                   ~4 min
 #     live-sleep  benchmarks/bench_live.py --device cuda --engine vllm --release sleep ~3 min
 #     live-destroy  the same with --release destroy (live: both)                      ~3 min
-#     loop        a second sleep run with another schedule, then `dynaresize calibrate` on
-#                 the live-sleep run and `validate` on the second (needs live-sleep in the
-#                 same call)                                                            ~4 min
+#     loop        two sleep runs of LOOP_STEPS (8) steps with schedules that hold each split
+#                 two steps or more, `dynaresize calibrate` on the first and `validate`
+#                 on the second                                                         ~7 min
 #     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
 #
 # One call must stay under the machine's 10 minutes a command, so split the parts over calls:
@@ -92,10 +92,13 @@ if has live || has live-sleep; then live vllm_sleep sleep --schedule "$SCHEDULE"
 if has live || has live-destroy; then live vllm_destroy destroy --schedule "$SCHEDULE"; fi
 
 if has loop; then
-    [[ -d "$SCRATCH/run_vllm_sleep/trace" ]] || live vllm_sleep sleep --schedule "$SCHEDULE"
-    live vllm_sleep_other sleep --schedule "1@1:3;2@3:1"
+    # Each split held for two steps or more, so that calibrate fits every trainer count the
+    # validation run visits (a step right after a resize is not a clean training time).
+    loop_steps=${LOOP_STEPS:-8}
+    live vllm_calibrate sleep --steps "$loop_steps" --schedule "2@3:1;4@1:3"
+    live vllm_sleep_other sleep --steps "$loop_steps" --schedule "2@1:3;4@3:1"
     step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
-        --trace "$SCRATCH/run_vllm_sleep/trace" --out "$SCRATCH/costs.yaml"
+        --trace "$SCRATCH/run_vllm_calibrate/trace" --out "$SCRATCH/costs.yaml"
     step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \
         --trace "$SCRATCH/run_vllm_sleep_other/trace" --costs "$SCRATCH/costs.yaml" \
         --out "$SCRATCH/validate" --gpu-memory-gb 141
