@@ -8,11 +8,11 @@ job), with private staging folders so that the counts are the run's own:
   with one line naming the records, the checkpoint and the resume command, `fault.json` says
   where it stopped, and no process, staging segment or pipe is left;
 - `--resume` of that run ends cleanly, leaves nothing either, and ends with trainer state bit
-  for bit equal to that of a run never interrupted (a third run);
+  for bit equal to that of a run never interrupted (one such run serves both tests);
 - a SIGKILLed driver: every process it started is gone within seconds (the watchdog), and so
   is its staging; `--resume` from the checkpoint it left ends bit for bit where a run never
   interrupted does.
-Budget: about 180 s on 2 idle cores (most of it six Ray starts).
+Budget: about 150 s on 2 idle cores (most of it five Ray starts).
 """
 
 from __future__ import annotations
@@ -200,7 +200,31 @@ def runs(tmp_path):
         run.close()
 
 
-def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
+@pytest.fixture(scope="module")
+def uninterrupted_state(tmp_path_factory):
+    """The trainer state a run never interrupted ends with, by step count: one run per count
+    for the module (both tests compare against the same 30-step run when their kill came
+    early enough, which it does unless steps take under 0.1 s)."""
+    states: dict[int, dict[str, torch.Tensor]] = {}
+    started: list[Run] = []
+
+    def state(num_steps: int) -> dict[str, torch.Tensor]:
+        if num_steps not in states:
+            run = Run(
+                tmp_path_factory.mktemp(f"uninterrupted{num_steps}"), "--steps", f"{num_steps}"
+            )
+            started.append(run)
+            _, err = run.communicate()
+            assert run.process.returncode == 0, err
+            states[num_steps] = checkpoint.load(run.out).vectors
+        return states[num_steps]
+
+    yield state
+    for run in started:
+        run.close()
+
+
+def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs, uninterrupted_state) -> None:
     run = runs("interrupted")
     run.wait_for_checkpoint()
     procs = run.note_processes()
@@ -237,7 +261,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     trace = read_trace(run.out / "trace")
     assert list(trace.steps.step) == list(range(NUM_STEPS))  # none lost or repeated
     # the interrupted and resumed run ends bit for bit where a run never interrupted does
-    _ends_where_an_uninterrupted_run_does(runs, run.out)
+    _ends_where_an_uninterrupted_run_does(uninterrupted_state(NUM_STEPS), run.out)
     prewarm = trace.resizes[trace.resizes["phase"] == "comm_prewarm"]
     assert list(prewarm["comm_cache_hits"]) == [2]  # both groups of 1:2 came from the cache
     assert list(prewarm["comm_groups_built"]) == [0]
@@ -245,7 +269,7 @@ def test_ctrl_c_then_resume_leave_nothing_and_listen_on_loopback(runs) -> None:
     assert bool(oversubscribed) is ((os.cpu_count() or 1) < 3), trace.meta.notes
 
 
-def test_a_killed_driver_leaves_nothing_and_resumes_bit_for_bit(runs) -> None:
+def test_a_killed_driver_leaves_nothing_and_resumes_bit_for_bit(runs, uninterrupted_state) -> None:
     run = runs("killed", "--steps", "1000")  # still stepping when killed, however fast steps are
     run.wait_for_checkpoint()
     time.sleep(2.0)  # the watchdog notes every process at least once
@@ -273,17 +297,13 @@ def test_a_killed_driver_leaves_nothing_and_resumes_bit_for_bit(runs) -> None:
     assert resumed.alive() == [] and resumed.staging() == []
     steps = read_trace(run.out / "trace").steps
     assert list(steps.step) == list(range(num_steps))  # none lost or repeated
-    _ends_where_an_uninterrupted_run_does(runs, run.out, "--steps", str(num_steps))
+    _ends_where_an_uninterrupted_run_does(uninterrupted_state(num_steps), run.out)
 
 
-def _ends_where_an_uninterrupted_run_does(runs, out: Path, *extra: str) -> None:
-    """The trainer state a resumed run ended with is bit for bit that of a run never
-    interrupted (a fresh one with the same `extra` arguments)."""
-    uninterrupted = runs("uninterrupted", *extra)
-    _, err = uninterrupted.communicate()
-    assert uninterrupted.process.returncode == 0, err
+def _ends_where_an_uninterrupted_run_does(plain_state: dict[str, torch.Tensor], out: Path) -> None:
+    """The trainer state a resumed run ended with is bit for bit `plain_state`, that of a run
+    never interrupted with the same step count."""
     resumed_state = checkpoint.load(out).vectors
-    plain_state = checkpoint.load(uninterrupted.out).vectors
     assert resumed_state.keys() == plain_state.keys()
     for name, vector in plain_state.items():
         assert torch.equal(resumed_state[name], vector), name
