@@ -38,8 +38,8 @@ __all__ = [
 NO_CONTEXT_CACHE_ENV = "DYNARESIZE_NO_CONTEXT_CACHE"
 MAX_CACHED_CONTEXTS = 4
 """Contexts kept at most; the least recently used goes first."""
-MAX_CACHED_SAMPLES = 2_000_000
-"""Largest workload (samples over all steps) whose context is kept: about 40 MB of arrays."""
+MAX_CACHED_SAMPLES = 1_000_000
+"""Largest workload (samples over all steps) whose context is kept: about 20 MB of arrays."""
 
 _cache: OrderedDict[str, Any] = OrderedDict()
 

@@ -111,6 +111,7 @@ class PipelineCore:
         ]
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
+        self.stage_times_fields = set(StageTimes.model_fields)
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_rows: list[tuple] = []
@@ -183,6 +184,7 @@ class PipelineCore:
                     "waited_fraction": waited_fraction,
                     "lent": lent,
                 },
+                self.stage_times_fields,
             )
         )
 
@@ -226,14 +228,13 @@ class PipelineCore:
         }
 
     def _observe(self, k: int) -> StepObservation:
-        current = self.current
-        templates = self.prediction_templates
         fields = self.prediction_fields
+        templates, predicted = self.prediction_templates[self.current], self.predicted[k]
         candidates = tuple(
-            trusted_complete(
-                CandidatePrediction, {**templates[current][c], "predicted_step_s": x}, fields
-            )
-            for c, x in enumerate(self.predicted[k])
+            [
+                trusted_complete(CandidatePrediction, {**template, "predicted_step_s": x}, fields)
+                for template, x in zip(templates, predicted, strict=True)
+            ]
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
         return trusted(
