@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from dynaresize.policies.registry import PolicyConfig
 from dynaresize.policies.static import StaticConfig
-from dynaresize.policies.types import Allocation
+from dynaresize.policies.types import MEASURED_COSTS_WINDOW, Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 
 from .engines.config import EngineRelease, RolloutEngineConfig, read_old_rollout_engines
@@ -241,6 +241,13 @@ class LiveConfig(BaseModel):
     )
     recent_window_steps: int = Field(
         default=5, ge=1, description="Completed steps the policy observation carries."
+    )
+    measured_resize_costs_window: int = Field(
+        default=MEASURED_COSTS_WINDOW,
+        ge=1,
+        description="Most recent measured resize costs the policy observation carries "
+        "(`measured_resize_costs_s`), oldest first, and the measured costs candidate moves are "
+        "priced at: a policy averaging over more of them sees at most this many.",
     )
     worker_timeout_s: float = Field(
         default=600.0, gt=0, description="Longest a single worker call may take before failing."

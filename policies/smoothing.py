@@ -24,7 +24,11 @@ class AllocationEwma:
         return self._value
 
     def update(self, sample: float, *, allocation: Allocation) -> float:
-        if self._value is None or allocation != self._allocation:
+        # `is` first: a caller hands the same allocation objects back, and pydantic's equality
+        # costs more than the rest of the update.
+        if self._value is None or (
+            allocation is not self._allocation and allocation != self._allocation
+        ):
             self._value = sample
             self._allocation = allocation
         else:

@@ -9,9 +9,25 @@ what lets the very same object decide in the simulator and on real GPUs.
 from __future__ import annotations
 
 from enum import Enum
+from operator import attrgetter
 from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .trusted import trusted_complete
+
+MEASURED_COSTS_WINDOW = 64
+"""Default of how many of the most recent measured costs an observation carries (resizes, and a
+lending offer's switches): a caller keeps that many, not the whole run's, so a policy that
+resizes at nearly every step does not make every observation copy all of them. Policies average
+over a few (their `switch_cost_window_size`, 3 by default)."""
+
+
+def recent_window(costs: tuple[float, ...], new_s: float, window: int) -> tuple[float, ...]:
+    """`costs` with `new_s` appended, the oldest dropped beyond `window` (O(window))."""
+    if len(costs) < window:
+        return (*costs, new_s)
+    return (*costs[len(costs) - window + 1 :], new_s) if window > 1 else (new_s,)
 
 
 class Allocation(BaseModel):
@@ -150,15 +166,20 @@ class LendingOffer(BaseModel):
     predicted_activate_s: float = Field(ge=0, description="Predicted activate phase (s).")
     predicted_deactivate_s: float = Field(ge=0, description="Predicted deactivate phase (s).")
     measured_activate_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
-        default=(), description="Activate phases measured so far, oldest first."
+        default=(),
+        description="Activate phases measured so far, oldest first: the most recent ones, as "
+        "many as the caller's window keeps (64 by default).",
     )
     measured_deactivate_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
-        default=(), description="Deactivate phases measured so far, oldest first."
+        default=(),
+        description="Deactivate phases measured so far, oldest first: the most recent ones, as "
+        "many as the caller's window keeps (64 by default).",
     )
     measured_cycles_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
         default=(),
         description="Switch seconds of each step that switched, oldest first: the deactivate "
-        "before its training plus the activate after its weight sync (veRL's accounting).",
+        "before its training plus the activate after its weight sync (veRL's accounting); the "
+        "most recent ones, as many as the caller's window keeps (64 by default).",
     )
 
     @property
@@ -191,8 +212,10 @@ class StepObservation(BaseModel):
     )
     measured_resize_costs_s: tuple[Annotated[float, Field(ge=0)], ...] = Field(
         default=(),
-        description="Critical-path costs of the resizes this run has measured so far, oldest "
-        "first (empty until one has happened, or when the caller measures none).",
+        description="Critical-path costs of the resizes this run has measured, oldest first: "
+        "the most recent ones, as many as the caller's window keeps (the twin's "
+        "simulation.measured_resize_costs_window, the live run's measured_resize_costs_window; "
+        "64 by default); empty until one has happened, or when the caller measures none.",
     )
 
     lending: LendingOffer | None = Field(
@@ -220,8 +243,13 @@ class StepObservation(BaseModel):
         raise KeyError(f"{allocation} is not a candidate")
 
     def candidate_allocations(self) -> list[Allocation]:
-        """Candidates ordered from most training GPUs to fewest."""
-        return sorted((c.allocation for c in self.candidates), key=lambda a: -a.train_gpus)
+        """Candidates ordered from most training GPUs to fewest (stable: equal ones as given)."""
+        return sorted((c.allocation for c in self.candidates), key=_train_gpus, reverse=True)
+
+
+_train_gpus = attrgetter("train_gpus")
+_HOLD_FIELDS_SET = {"kind", "reason"}
+"""What a validated `Decision.hold(reason)` counts as given, shared by every such decision."""
 
 
 class DecisionKind(str, Enum):
@@ -269,8 +297,11 @@ class Decision(BaseModel):
 
     @classmethod
     def hold(cls, reason: str = "", *, lend: LendAction | None = None) -> Decision:
-        if lend is None:  # the common answer: no field left to validate
-            return cls(kind=DecisionKind.HOLD, reason=reason)
+        if lend is None and type(reason) is str:
+            # The common answer, valid by construction: built as validation would build it
+            # (a policy answers at every step boundary of every run of a sweep).
+            values = {"kind": DecisionKind.HOLD, "target": None, "reason": reason, "lend": None}
+            return trusted_complete(cls, values, _HOLD_FIELDS_SET)
         return cls(kind=DecisionKind.HOLD, reason=reason, lend=lend)
 
     @classmethod

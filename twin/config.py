@@ -29,7 +29,7 @@ from dynaresize.config_io import (
     refuse_two_names,
 )
 from dynaresize.policies.registry import PolicyConfig
-from dynaresize.policies.types import Allocation
+from dynaresize.policies.types import MEASURED_COSTS_WINDOW, Allocation
 from dynaresize.traces.phases import PipelineMode, StrategyName
 from dynaresize.traces.synthetic import WorkloadConfig, resolve_workload_spec
 
@@ -247,6 +247,13 @@ class SimulationConfig(_Strict):
         ge=1,
         description="Recent steps a policy sees, and over which per-candidate step times are "
         "predicted.",
+    )
+    measured_resize_costs_window: int = Field(
+        default=MEASURED_COSTS_WINDOW,
+        ge=1,
+        description="Most recent measured resize costs the policy observation carries "
+        "(`measured_resize_costs_s`, and a lending offer's measured switches), oldest first: a "
+        "policy averaging over more of them sees at most this many.",
     )
     baseline_allocation: Allocation | None = Field(
         default=None,

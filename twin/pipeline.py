@@ -2,7 +2,10 @@
 
 SimPy carries only stage-level events (a rollout, a training stage, a weight sync, a resize
 stall); every duration is read from the precomputed `StepCosts` matrices, so the per-step work
-is a handful of events and one policy call. Three modes:
+is a handful of events and one policy call. The lockstep modes of the whole-batch pipeline run
+one process, which nothing can interleave with: there `StepClock` stands in for SimPy's
+environment, each wait just moving the clock on (`now + delay`, SimPy's own arithmetic, so the
+records are the same to the bit) without an event queue. Three modes:
 
 - `sync`: rollout of batch k, training on it, weight sync. Nothing overlaps.
 - `one_step_off`: during step k, training on batch k overlaps the rollout of batch k+1 (generated
@@ -20,6 +23,9 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import cast
+
 import simpy
 
 from dynaresize.traces.phases import PipelineMode
@@ -29,6 +35,29 @@ from .pipeline_core import PipelineCore
 from .pipeline_run import PipelineRecords, PipelineRun
 
 __all__ = ["PipelineRecords", "PipelineRun"]
+
+
+class StepClock:
+    """The clock of a run with a single process: what of SimPy's environment the lockstep
+    processes use (`now`, `timeout`), a wait being the delay itself, which `run` adds to the
+    clock. Starts at SimPy's initial time, 0."""
+
+    def __init__(self) -> None:
+        self.now: float = 0
+
+    def timeout(self, delay: float) -> float:
+        if delay < 0:  # as SimPy refuses it
+            raise ValueError(f"Negative delay {delay}")
+        return delay
+
+    def run(self, process: Generator[float, None, None]) -> None:
+        """Drive the one process to its end."""
+        for delay in process:
+            self.now += delay
+
+    def as_environment(self) -> simpy.Environment:
+        """Typed as the environment it stands in for, where only `now` and `timeout` are read."""
+        return cast(simpy.Environment, self)
 
 
 class _Pipeline(PipelineCore):

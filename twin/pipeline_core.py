@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from dynaresize.policies.trusted import trusted, trusted_complete
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
@@ -21,12 +22,12 @@ from dynaresize.policies.types import (
     LendingOffer,
     StageTimes,
     StepObservation,
+    recent_window,
 )
 from dynaresize.traces.phases import PhaseName, Role
 
 from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
-from .trusted import trusted, trusted_complete
 
 __all__ = ["PipelineCore"]
 
@@ -85,7 +86,9 @@ class PipelineCore:
         self.num_resizes = 0
         self.last_resize_step: int | None = None
         self.measured_resize_costs_s: tuple[float, ...] = ()
-        """The observation's field as it stands: a new tuple at each resize, not at each step."""
+        """The observation's field as it stands: a new tuple at each resize, not at each step,
+        of the last `measured_costs_window` costs (bounded, however often the policy resizes)."""
+        self.measured_costs_window = run.measured_costs_window
         self.step_start_s = 0.0
         self.roles = [
             [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
@@ -106,6 +109,9 @@ class PipelineCore:
             [self._prediction_template(current, cand) for cand in costs.candidates]
             for current in costs.candidates
         ]
+        self.prediction_fields = set(CandidatePrediction.model_fields)
+        """Every field of a prediction is given: one set for all of them (they are frozen)."""
+        self.stage_times_fields = set(StageTimes.model_fields)
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_rows: list[tuple] = []
@@ -178,6 +184,7 @@ class PipelineCore:
                     "waited_fraction": waited_fraction,
                     "lent": lent,
                 },
+                self.stage_times_fields,
             )
         )
 
@@ -221,11 +228,13 @@ class PipelineCore:
         }
 
     def _observe(self, k: int) -> StepObservation:
-        current = self.current
-        templates = self.prediction_templates
+        fields = self.prediction_fields
+        templates, predicted = self.prediction_templates[self.current], self.predicted[k]
         candidates = tuple(
-            trusted_complete(CandidatePrediction, {**templates[current][c], "predicted_step_s": x})
-            for c, x in enumerate(self.predicted[k])
+            [
+                trusted_complete(CandidatePrediction, {**template, "predicted_step_s": x}, fields)
+                for template, x in zip(templates, predicted, strict=True)
+            ]
         )
         since = None if self.last_resize_step is None else k - self.last_resize_step
         return trusted(
@@ -325,7 +334,9 @@ class PipelineCore:
         stall_s = (offset_s - start_s) + plan.critical_s
         yield self.env.timeout(stall_s)
         self.records.stall_s += stall_s
-        self.measured_resize_costs_s += (stall_s,)
+        self.measured_resize_costs_s = recent_window(
+            self.measured_resize_costs_s, stall_s, self.measured_costs_window
+        )
         self.current = target
         self.last_resize_step = k
         self.pending = _PendingResize(

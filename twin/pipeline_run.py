@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dynaresize.policies.types import Allocation, CostSource, Policy
+from dynaresize.policies.types import MEASURED_COSTS_WINDOW, Allocation, CostSource, Policy
 
 from .config import PipelineConfig
 from .costs.resize import ResizePlans
@@ -49,6 +49,8 @@ class PipelineRun:
     predicted_step_s: np.ndarray
     observation_window_steps: int
     cost_source: CostSource
+    measured_costs_window: int = MEASURED_COSTS_WINDOW
+    """Most recent measured resize (and lend switch) costs an observation carries."""
     samples: SampleInputs | None = None
     """Per-sample inputs, given exactly when the pipeline lends or keeps partial rollouts
     (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dynaresize.traces.phases import PipelineMode
 
-from .pipeline import _Pipeline
+from .pipeline import StepClock, _Pipeline
 from .pipeline_run import PipelineRecords, PipelineRun
 from .sample_pipeline import SamplePipeline
 
@@ -17,6 +17,11 @@ __all__ = ["run_pipeline"]
 def run_pipeline(run: PipelineRun) -> PipelineRecords:
     """Run one policy over every step of `run.costs`; returns the filled record columns."""
     sim = _Pipeline(run) if run.samples is None else SamplePipeline(run)
+    if run.samples is None and run.pipeline.mode is not PipelineMode.ASYNC:
+        clock = StepClock()  # one process, nothing to interleave: no event queue
+        sim.env = clock.as_environment()
+        clock.run(sim.lockstep())
+        return sim.finish()
     if run.pipeline.mode is PipelineMode.ASYNC:
         sim.run_async()
     else:

@@ -23,6 +23,7 @@ was resumed.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,9 +75,10 @@ class SamplePipeline(_Pipeline):
         n = self.num_steps
         self.waits: list[WaitOutcome | None] = [None] * n
         self.lend_flags: list[bool] = []
-        self.measured_activate_s: list[float] = []
-        self.measured_deactivate_s: list[float] = []
-        self.measured_cycles_s: list[float] = []
+        window = run.measured_costs_window  # the offer carries the most recent switches only
+        self.measured_activate_s: deque[float] = deque(maxlen=window)
+        self.measured_deactivate_s: deque[float] = deque(maxlen=window)
+        self.measured_cycles_s: deque[float] = deque(maxlen=window)
         total = len(inputs.workload.response_tokens)
         self.sample_finish_s = np.full(total, np.nan)
         self.sample_resumes = np.zeros(total, dtype=np.int64)

@@ -7,7 +7,7 @@ the context once and calls `simulate(..., context=ctx)` per policy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +21,7 @@ from dynaresize.traces.workload import Workload
 
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
+from .context_cache import cache_get, cache_put, context_key
 from .costs import CostModels
 from .costs.lend import LendPlan, plan_lend
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
@@ -167,7 +168,34 @@ def build_context(
     costs: CostModels | None = None,
     seed: int | None = None,
 ) -> SimContext:
-    """Generate (or take) the workload and compute every policy-independent quantity."""
+    """Generate (or take) the workload and compute every policy-independent quantity.
+
+    The context of a generated workload is kept per process (`context_cache`): asked again for
+    the same scenario, costs and seed, this returns the kept one, its arrays read-only.
+    """
+    key = None
+    if workload is None:
+        run_seed = config.simulation.seed if seed is None else seed
+        key = context_key(
+            config.model_dump_json(exclude={"policies"}),
+            "" if costs is None else costs.model_dump_json(),
+            run_seed,
+        )
+        kept = cache_get(key)
+        if kept is not None:
+            return kept if kept.config is config else replace(kept, config=config)
+    context = _build_context(config, workload=workload, costs=costs, seed=seed)
+    cache_put(key, context, len(context.workload.response_tokens))
+    return context
+
+
+def _build_context(
+    config: ScenarioConfig,
+    *,
+    workload: Workload | None,
+    costs: CostModels | None,
+    seed: int | None,
+) -> SimContext:
     costs = costs or config.costs
     if workload is None:
         run_seed = config.simulation.seed if seed is None else seed
@@ -281,6 +309,7 @@ def simulate(
             predicted_step_s=ctx.predicted_step_s,
             observation_window_steps=config.simulation.observation_window_steps,
             cost_source=ctx.costs.cost_source,
+            measured_costs_window=config.simulation.measured_resize_costs_window,
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
         )
     )

@@ -63,7 +63,8 @@ class Observer:
             fallback_replaces=prior is not None,
         )
         self.recent: deque[StageTimes] = deque(maxlen=live.recent_window_steps)
-        self.measured_resize_s: list[float] = []
+        self.measured_resize_s: deque[float] = deque(maxlen=live.measured_resize_costs_window)
+        """The most recent measured critical paths (bounded: the observation copies them)."""
         self.steps_since_resize: int | None = None
         self.prior_check: float | None = None
         """The first resize's prediction over its measurement, for the next decision record."""

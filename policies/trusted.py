@@ -1,9 +1,10 @@
-"""Pydantic instances from values the twin computed itself, without validating them again.
+"""Pydantic instances from values the code computed itself, without validating them again.
 
-The pipeline builds an observation, its stage times and one prediction per candidate at every
-step boundary; validating numbers it produced would only re-check its own arithmetic, at a cost
-that shows in a sweep of thousands of runs. Only for the twin's own values: anything that comes
-from a user goes through the models' validation.
+The twin's pipeline builds an observation, its stage times and one prediction per candidate at
+every step boundary, and a policy answers each with a decision; validating values the code
+produced itself would only re-check its own arithmetic, at a cost that shows in a sweep of
+thousands of runs. Only for such values: anything that comes from a user goes through the
+models' validation.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ def trusted(cls, **values):
     return trusted_complete(cls, values)
 
 
-def trusted_complete(cls, values: dict):
-    """`trusted` for a dict that already holds every field of `cls` (the hot path)."""
+def trusted_complete(cls, values: dict, fields_set: set[str] | None = None):
+    """`trusted` for a dict that already holds every field of `cls` (the hot path).
+
+    `fields_set`: the fields a validated instance would count as given (`model_fields_set`),
+    where the defaults among `values` were not; all of them by default. A caller may hand the
+    same set to many instances of a frozen model: nothing changes it in place (`model_copy`
+    copies it first)."""
     obj = _new(cls)
     _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(values))
+    _set(obj, "__pydantic_fields_set__", set(values) if fields_set is None else fields_set)
     _set(obj, "__pydantic_extra__", None)
     _set(obj, "__pydantic_private__", None)
     return obj
