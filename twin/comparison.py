@@ -23,7 +23,7 @@ import pandas as pd
 from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
-from dynaresize.traces.chrome_trace import write_chrome_trace
+from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.schema import RunMeta
@@ -188,12 +188,20 @@ def _write_run(
     *,
     timeline_svg: bool,
     timeline_png: bool,
+    chrome_trace_max_steps: int | None,
+    samples_file: Path | None = None,
 ) -> None:
     """One run's folder: its trace tables (with the workload's samples, so the folder can be
     replayed or calibrated from with the lengths simulated; a run that went sample by sample
-    gives its own, with finish times and resumes), summary and Chrome trace."""
+    gives its own, with finish times and resumes), summary and Chrome trace.
+
+    `samples_file`: where `samples` is already written; a run with no samples of its own copies
+    that file rather than validating and converting the largest table again."""
+    copy_samples = result.samples is None and samples_file is not None
     if result.samples is not None:
         samples = result.samples
+    elif copy_samples:
+        samples = samples.iloc[:0]
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -214,6 +222,8 @@ def _write_run(
             samples=samples,
         ),
     )
+    if copy_samples and samples_file is not None:
+        shutil.copyfile(samples_file, folder / "samples.parquet")
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
         folder / "trace.json",
@@ -222,6 +232,7 @@ def _write_run(
         decisions=result.decisions,
         run_name=f"{config.name}: {name}",
         pipeline_mode=config.pipeline.mode,
+        max_steps=chrome_trace_max_steps,
     )
     title = f"{config.name}: {name}"
     if timeline_svg:
@@ -294,12 +305,14 @@ def write_comparison(
     timeline_svg: bool = True,
     timeline_png: bool = False,
     mechanisms: MechanismComparison | None = None,
+    chrome_trace_max_steps: int | None = CHROME_TRACE_MAX_STEPS,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
     timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
     under policies/<name>/ when there are several, plus config.json, summary.json (every policy
     and static split, with regrets against the offline optimum) and comparison.csv; with
-    `mechanisms`, mechanisms.csv, .json and .png (twin.mechanisms).
+    `mechanisms`, mechanisms.csv, .json and .png (twin.mechanisms). A trace.json shows at most
+    `chrome_trace_max_steps` steps, the first ones (None: every step): the tables keep them all.
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -318,12 +331,18 @@ def write_comparison(
             samples,
             timeline_svg=timeline_svg,
             timeline_png=timeline_png,
+            chrome_trace_max_steps=chrome_trace_max_steps,
         )
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is
             # enough to read it; drawing one per policy would cost more than simulating them.
             _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
+            shared_samples = (
+                None
+                if comparison.runs[first].samples is not None
+                else (staging / "samples.parquet")
+            )
             for name in names[1:]:
                 _write_run(
                     staging / "policies" / name,
@@ -332,6 +351,8 @@ def write_comparison(
                     samples,
                     timeline_svg=False,
                     timeline_png=False,
+                    chrome_trace_max_steps=chrome_trace_max_steps,
+                    samples_file=shared_samples,
                 )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)
