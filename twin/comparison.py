@@ -31,6 +31,7 @@ from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.timeline_svg import write_timeline_svg
 from dynaresize.traces.workload import Workload
 from dynaresize.traces.workload_inference import workload_samples
+from dynaresize.traces.workload_parquet import write_workload_samples
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
@@ -184,24 +185,23 @@ def _write_run(
     folder: Path,
     name: str,
     result: SimResult,
-    samples: pd.DataFrame,
     *,
     timeline_svg: bool,
     timeline_png: bool,
     chrome_trace_max_steps: int | None,
-    samples_file: Path | None = None,
+    samples_file: Path | None,
 ) -> None:
-    """One run's folder: its trace tables (with the workload's samples, so the folder can be
-    replayed or calibrated from with the lengths simulated; a run that went sample by sample
-    gives its own, with finish times and resumes), summary and Chrome trace.
+    """One run's folder: its trace tables, summary and Chrome trace.
 
-    `samples_file`: where `samples` is already written; a run with no samples of its own copies
-    that file rather than validating and converting the largest table again."""
-    copy_samples = result.samples is None and samples_file is not None
-    if result.samples is not None:
-        samples = result.samples
-    elif copy_samples:
-        samples = samples.iloc[:0]
+    The samples table is the run's own where it went sample by sample (finish times and
+    resumes); else the workload's, so that the folder can be replayed or calibrated from with
+    the lengths simulated: a copy of `samples_file`, where that table is already written once
+    for every run (None: the caller writes it), rather than the table validated and converted
+    again.
+    """
+    samples = result.samples
+    if samples is None:  # no rows here: the workload's are copied in or written after
+        samples = workload_samples(result.context.workload.slice_steps(0, 0))
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -222,7 +222,7 @@ def _write_run(
             samples=samples,
         ),
     )
-    if copy_samples and samples_file is not None:
+    if result.samples is None and samples_file is not None:
         shutil.copyfile(samples_file, folder / "samples.parquet")
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
@@ -323,37 +323,39 @@ def write_comparison(
     with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
-        samples = workload_samples(comparison.context.workload)  # one workload for every run
         _write_run(
             staging,
             first,
             comparison.runs[first],
-            samples,
             timeline_svg=timeline_svg,
             timeline_png=timeline_png,
             chrome_trace_max_steps=chrome_trace_max_steps,
+            samples_file=None,
         )
+        # One workload for every run: its samples table written once, a chunk at a time,
+        # straight from its arrays, and copied where a run has no samples of its own.
+        shared = staging / "samples.parquet"
+        if comparison.runs[first].samples is not None:
+            shared = staging / ".workload-samples.parquet"
+        if any(run.samples is None for run in comparison.runs.values()):
+            write_workload_samples(shared, comparison.context.workload)
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is
             # enough to read it; drawing one per policy would cost more than simulating them.
             _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
-            shared_samples = (
-                None
-                if comparison.runs[first].samples is not None
-                else (staging / "samples.parquet")
-            )
             for name in names[1:]:
                 _write_run(
                     staging / "policies" / name,
                     name,
                     comparison.runs[name],
-                    samples,
                     timeline_svg=False,
                     timeline_png=False,
                     chrome_trace_max_steps=chrome_trace_max_steps,
-                    samples_file=shared_samples,
+                    samples_file=shared,
                 )
+        if shared.name != "samples.parquet":
+            shared.unlink(missing_ok=True)
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)
         (staging / "summary.json").write_text(dumps_finite(summary) + "\n")
