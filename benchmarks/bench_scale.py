@@ -17,7 +17,7 @@ checked here before anything starts), when its simulation was skipped (a replay 
 trace), or when the peak memory measured at the smaller sizes, extended linearly, would exceed
 `MEMORY_SHARE` of the memory this machine has available at that moment.
 
-    python benchmarks/bench_scale.py [--sizes 10000 100000 1000000] [--timeout-s 3600]
+    python benchmarks/bench_scale.py [--steps 10000 100000 1000000] [--timeout-s 3600]
 
 Prints the figures and writes benchmarks/results/scale.{json,md}.
 """
@@ -183,12 +183,20 @@ def report(record: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES))
+    parser.add_argument(
+        "--steps",
+        "--sizes",
+        dest="sizes",
+        type=int,
+        nargs="+",
+        default=list(DEFAULT_SIZES),
+        help="the step counts to run (--sizes: the same)",
+    )
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="per command")
     parser.add_argument("--results", type=Path, default=RESULTS, help="where scale.json/md go")
     args = parser.parse_args()
     if any(n < 1 for n in args.sizes):
-        parser.error("--sizes: every size must be at least 1 step")
+        parser.error("--steps: every size must be at least 1 step")
     load_start = round(os.getloadavg()[0], 2)
     rows = measure(sorted(set(args.sizes)), args.timeout_s)
     record = {

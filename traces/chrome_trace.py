@@ -30,9 +30,10 @@ from typing import Any
 
 from .chrome_tracks import LANE_TID_STRIDE, NESTING_TOLERANCE_US, nest_tracks, track_metadata
 from .phases import PhaseName, PipelineMode
-from .rows import record_rows
+from .rows import record_column, record_rows
 
 __all__ = [
+    "CHROME_TRACE_MAX_STEPS",
     "DECISION_TID",
     "GPU_PID",
     "LANE_TID_STRIDE",
@@ -228,21 +229,26 @@ def _stage_events(steps: list[dict], mode: PipelineMode | None) -> list[dict]:
     return events
 
 
+_PHASE_TIDS = {p.value: tid for tid, p in enumerate(PhaseName)}
+"""Track of each resize phase: its place among the phase names."""
+
+
 def _phase_tid(phase: str) -> int:
-    names = [p.value for p in PhaseName]
-    if phase not in names:
+    tid = _PHASE_TIDS.get(phase)
+    if tid is None:
         raise ValueError(f"unknown resize phase {phase!r}")
-    return names.index(phase)
+    return tid
 
 
 def _resize_events(resizes: list[dict]) -> list[dict]:
     events: list[dict] = []
+    phases = [_text(r["phase"]) for r in resizes]
+    present = set(phases)
     for known in PhaseName:
-        if any(_text(r["phase"]) == known.value for r in resizes):
+        if known.value in present:
             tid = _phase_tid(known.value)
             events += track_metadata(RESIZE_PID, tid, known.value, tid)
-    for r in resizes:
-        phase = _text(r["phase"])
+    for r, phase in zip(resizes, phases, strict=True):
         critical = bool(r["critical"])
         events.append(
             _span(
@@ -339,6 +345,20 @@ def chrome_trace(
     }
 
 
+CHROME_TRACE_MAX_STEPS = 20_000
+"""Steps a run's trace.json shows by default: about 60 MB of JSON for a policy that resizes at
+every step, which the viewers still open; a longer run's trace shows its first steps."""
+
+
+def _first_steps(records: Any, last_step: int) -> Any:
+    """The records of steps up to `last_step`: a DataFrame's rows, or a list's items."""
+    if records is None:
+        return None
+    if hasattr(records, "columns") and hasattr(records, "loc"):
+        return records.loc[records["step"].to_numpy() <= last_step]
+    return [r for r in records if int(r["step"]) <= last_step]
+
+
 def write_chrome_trace(
     path: str | Path,
     steps: Any,
@@ -347,8 +367,21 @@ def write_chrome_trace(
     decisions: Any = None,
     run_name: str = "dynaresize run",
     pipeline_mode: PipelineMode | str | None = None,
+    max_steps: int | None = None,
 ) -> Path:
-    """Write the run's Chrome trace to `path` (JSON); returns the path written."""
+    """Write the run's Chrome trace to `path` (JSON); returns the path written.
+
+    With `max_steps`, a run of more steps shows its first `max_steps` (with their resizes and
+    decisions) and says so in its name: a trace of every step of a long run is larger than the
+    viewers open, and building it would cost more than simulating the run.
+    """
+    if max_steps is not None and len(steps) > max_steps:
+        numbers = sorted(int(s) for s in record_column(steps, "step"))
+        last_step = numbers[max_steps - 1]
+        run_name = f"{run_name} (steps {numbers[0]}-{last_step} of {len(numbers):,})"
+        steps, resizes, decisions = (
+            _first_steps(records, last_step) for records in (steps, resizes, decisions)
+        )
     trace = chrome_trace(
         steps, resizes, decisions=decisions, run_name=run_name, pipeline_mode=pipeline_mode
     )

@@ -40,3 +40,10 @@ def record_rows(records: Any) -> list[dict[str, Any]]:
         else:
             raise TypeError(f"cannot read a trace record of type {type(record).__name__}")
     return rows
+
+
+def record_column(records: Any, name: str) -> list[Any]:
+    """One field of every record, from a DataFrame's column or from each record."""
+    if hasattr(records, "columns") and hasattr(records, "loc"):
+        return records[name].tolist()
+    return [row[name] for row in record_rows(records)]

@@ -10,6 +10,7 @@ and seed always give the same `Workload`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "generate_workload",
     "preset",
     "resolve_workload_spec",
+    "workload_blocks",
 ]
 
 
@@ -187,40 +189,104 @@ def generate_workload(config: WorkloadConfig, num_steps: int, seed: int) -> Work
     """Draw every sample of every step from one seed; same inputs, same workload.
 
     Each sample's length is drawn only from its own component (one draw per sample, in
-    vectorised blocks per component), then scaled by its step's multiplier.
+    vectorised blocks per component), then scaled by its step's multiplier. Built from
+    `workload_blocks`, so that it holds the finished arrays and one block's draws at a time.
     """
     if num_steps < 0:
         raise ValueError("num_steps must be non-negative")
-    rng = np.random.default_rng(seed)
+    n = num_steps * config.samples_per_step
+    prompt_tokens = np.empty(n, dtype=np.int64)
+    response_tokens = np.empty(n, dtype=np.int64)
+    for first_step, block in workload_blocks(config, num_steps, seed):
+        lo = first_step * config.samples_per_step
+        hi = lo + len(block.prompt_tokens)
+        prompt_tokens[lo:hi] = block.prompt_tokens
+        response_tokens[lo:hi] = block.response_tokens
+    offsets = np.arange(num_steps + 1, dtype=np.int64) * config.samples_per_step
+    return Workload(prompt_tokens, response_tokens, offsets, config.name)
+
+
+BLOCK_SAMPLES = 1 << 22
+"""Samples drawn at a time by `workload_blocks` (whole steps, at least one): 4M samples, about
+100 MB of draws and results in flight."""
+
+
+def _draw_streams(
+    config: WorkloadConfig, num_steps: int, seed: int, steps_per_block: int
+) -> tuple[np.random.Generator, list[np.random.Generator], np.random.Generator]:
+    """Generators standing where the one-seed draw of `generate_workload` starts each of its
+    sections: the component choices, each component's lengths, the prompts.
+
+    The workload draws each section over the whole run before the next, one value after the
+    other (a chunk of draws is the same values as one draw of all of them), so a block of
+    steps takes its values from a generator per section. Where a section starts is found by
+    drawing the sections before it once, a block at a time.
+    """
     per_step = config.samples_per_step
-    n = num_steps * per_step
+    rng = np.random.default_rng(seed)
+    choices = np.random.default_rng(seed)
+    num_components = len(config.components)
+    counts = np.zeros(num_components, dtype=np.int64)
+    if num_components == 1:
+        counts[0] = num_steps * per_step
+    else:
+        _, weights = config.schedule(num_steps)
+        for lo in range(0, num_steps, steps_per_block):
+            which = _draw_components(rng, weights[lo : lo + steps_per_block], per_step)
+            counts += np.bincount(which.reshape(-1), minlength=num_components)
+    lengths = []
+    for component, count in zip(config.components, counts, strict=True):
+        lengths.append(_generator_at(rng))
+        for lo in range(0, int(count), steps_per_block * per_step):
+            _draw_lengths(rng, component, min(steps_per_block * per_step, int(count) - lo))
+    return choices, lengths, rng
+
+
+def _generator_at(rng: np.random.Generator) -> np.random.Generator:
+    """A generator that draws what `rng` would draw next (rng itself goes on unchanged)."""
+    copy = np.random.default_rng()
+    copy.bit_generator.state = rng.bit_generator.state
+    return copy
+
+
+def workload_blocks(
+    config: WorkloadConfig, num_steps: int, seed: int, *, block_samples: int = BLOCK_SAMPLES
+) -> Iterator[tuple[int, Workload]]:
+    """The workload of `generate_workload(config, num_steps, seed)`, a block of whole steps at a
+    time: (first step, that block's workload), the same numbers, with the memory of one block.
+    """
+    if num_steps < 0:
+        raise ValueError("num_steps must be non-negative")
+    per_step = config.samples_per_step
+    steps_per_block = max(1, block_samples // per_step)
+    choices, lengths, prompts = _draw_streams(config, num_steps, seed, steps_per_block)
     scale, weights = config.schedule(num_steps)
     comps = config.components
-
-    response = np.empty((num_steps, per_step), dtype=np.float32)
-    if len(comps) == 1:
-        response.reshape(-1)[:] = _draw_lengths(rng, comps[0], n)
-    else:
-        which = _draw_components(rng, weights, per_step).reshape(-1)
-        flat = response.reshape(-1)
-        for j, component in enumerate(comps):
-            members = np.flatnonzero(which == j)
-            flat[members] = _draw_lengths(rng, component, len(members))
-    with np.errstate(over="ignore", invalid="ignore"):
-        response *= scale[:, None].astype(np.float32)
-    response_tokens = _round_into_int64(
-        response.reshape(-1), config.min_response_tokens, config.max_response_tokens
-    )
-
-    prompt = _exp_affine(
-        rng.standard_normal(n, dtype=np.float32),
-        config.prompt_sigma,
-        np.log(config.prompt_median_tokens),
-    )
-    prompt_tokens = _round_into_int64(prompt, 1, config.max_prompt_tokens)
-
-    offsets = np.arange(num_steps + 1, dtype=np.int64) * per_step
-    return Workload(prompt_tokens, response_tokens, offsets, config.name)
+    for first in range(0, num_steps, steps_per_block):
+        last = min(num_steps, first + steps_per_block)
+        n = (last - first) * per_step
+        response = np.empty((last - first, per_step), dtype=np.float32)
+        if len(comps) == 1:
+            response.reshape(-1)[:] = _draw_lengths(lengths[0], comps[0], n)
+        else:
+            which = _draw_components(choices, weights[first:last], per_step).reshape(-1)
+            flat = response.reshape(-1)
+            for j, component in enumerate(comps):
+                members = np.flatnonzero(which == j)
+                flat[members] = _draw_lengths(lengths[j], component, len(members))
+        with np.errstate(over="ignore", invalid="ignore"):
+            response *= scale[first:last, None].astype(np.float32)
+        response_tokens = _round_into_int64(
+            response.reshape(-1), config.min_response_tokens, config.max_response_tokens
+        )
+        prompt = _exp_affine(
+            prompts.standard_normal(n, dtype=np.float32),
+            config.prompt_sigma,
+            np.log(config.prompt_median_tokens),
+        )
+        prompt_tokens = _round_into_int64(prompt, 1, config.max_prompt_tokens)
+        offsets = np.arange(last - first + 1, dtype=np.int64) * per_step
+        yield first, Workload(prompt_tokens, response_tokens, offsets, config.name)
 
 
 def _short_qa(weight: float) -> LengthComponent:

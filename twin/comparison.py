@@ -23,7 +23,7 @@ import pandas as pd
 from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
-from dynaresize.traces.chrome_trace import write_chrome_trace
+from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
 from dynaresize.traces.io import Trace, write_trace
 from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.schema import RunMeta
@@ -31,6 +31,7 @@ from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.timeline_svg import write_timeline_svg
 from dynaresize.traces.workload import Workload
 from dynaresize.traces.workload_inference import workload_samples
+from dynaresize.traces.workload_parquet import write_workload_samples
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
@@ -184,16 +185,23 @@ def _write_run(
     folder: Path,
     name: str,
     result: SimResult,
-    samples: pd.DataFrame,
     *,
     timeline_svg: bool,
     timeline_png: bool,
+    chrome_trace_max_steps: int | None,
+    samples_file: Path | None,
 ) -> None:
-    """One run's folder: its trace tables (with the workload's samples, so the folder can be
-    replayed or calibrated from with the lengths simulated; a run that went sample by sample
-    gives its own, with finish times and resumes), summary and Chrome trace."""
-    if result.samples is not None:
-        samples = result.samples
+    """One run's folder: its trace tables, summary and Chrome trace.
+
+    The samples table is the run's own where it went sample by sample (finish times and
+    resumes); else the workload's, so that the folder can be replayed or calibrated from with
+    the lengths simulated: a copy of `samples_file`, where that table is already written once
+    for every run (None: the caller writes it), rather than the table validated and converted
+    again.
+    """
+    samples = result.samples
+    if samples is None:  # no rows here: the workload's are copied in or written after
+        samples = workload_samples(result.context.workload.slice_steps(0, 0))
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -214,6 +222,8 @@ def _write_run(
             samples=samples,
         ),
     )
+    if result.samples is None and samples_file is not None:
+        shutil.copyfile(samples_file, folder / "samples.parquet")
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
         folder / "trace.json",
@@ -222,6 +232,7 @@ def _write_run(
         decisions=result.decisions,
         run_name=f"{config.name}: {name}",
         pipeline_mode=config.pipeline.mode,
+        max_steps=chrome_trace_max_steps,
     )
     title = f"{config.name}: {name}"
     if timeline_svg:
@@ -294,12 +305,14 @@ def write_comparison(
     timeline_svg: bool = True,
     timeline_png: bool = False,
     mechanisms: MechanismComparison | None = None,
+    chrome_trace_max_steps: int | None = CHROME_TRACE_MAX_STEPS,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
     timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
     under policies/<name>/ when there are several, plus config.json, summary.json (every policy
     and static split, with regrets against the offline optimum) and comparison.csv; with
-    `mechanisms`, mechanisms.csv, .json and .png (twin.mechanisms).
+    `mechanisms`, mechanisms.csv, .json and .png (twin.mechanisms). A trace.json shows at most
+    `chrome_trace_max_steps` steps, the first ones (None: every step): the tables keep them all.
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
@@ -310,15 +323,22 @@ def write_comparison(
     with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
-        samples = workload_samples(comparison.context.workload)  # one workload for every run
         _write_run(
             staging,
             first,
             comparison.runs[first],
-            samples,
             timeline_svg=timeline_svg,
             timeline_png=timeline_png,
+            chrome_trace_max_steps=chrome_trace_max_steps,
+            samples_file=None,
         )
+        # One workload for every run: its samples table written once, a chunk at a time,
+        # straight from its arrays, and copied where a run has no samples of its own.
+        shared = staging / "samples.parquet"
+        if comparison.runs[first].samples is not None:
+            shared = staging / ".workload-samples.parquet"
+        if any(run.samples is None for run in comparison.runs.values()):
+            write_workload_samples(shared, comparison.context.workload)
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is
@@ -329,10 +349,13 @@ def write_comparison(
                     staging / "policies" / name,
                     name,
                     comparison.runs[name],
-                    samples,
                     timeline_svg=False,
                     timeline_png=False,
+                    chrome_trace_max_steps=chrome_trace_max_steps,
+                    samples_file=shared,
                 )
+        if shared.name != "samples.parquet":
+            shared.unlink(missing_ok=True)
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)
         (staging / "summary.json").write_text(dumps_finite(summary) + "\n")

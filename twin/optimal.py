@@ -121,20 +121,47 @@ def offline_optimum(
         best = resize_s[initial_index] + step_s[0]
     if initial_index is not None and not move_before_first_step:
         best = np.where(np.arange(num_candidates) == initial_index, step_s[0], np.inf)
-    for k in range(1, num_steps):
-        via = best[:, None] + resize_s  # via[p, c]: reach c at step k from p at step k-1
-        came_from[k] = np.argmin(via, axis=0)
-        # prefer staying when it ties with the best move (fewer resizes for the same time)
-        stay = best <= via[came_from[k], np.arange(num_candidates)]
-        came_from[k][stay] = np.arange(num_candidates)[stay]
-        best = via[came_from[k], np.arange(num_candidates)] + step_s[k]
+    last = _forward(step_s, resize_s, best.tolist(), came_from)
 
     path = np.empty(num_steps, dtype=np.int64)
-    path[-1] = int(np.argmin(best))
+    path[-1] = int(np.argmin(last))
     for k in range(num_steps - 1, 0, -1):
         path[k - 1] = came_from[k, path[k]]
     start = int(path[0]) if initial_index is None else initial_index
     return _schedule_from_path(step_s, resize_s, start, path)
+
+
+def _forward(
+    step_s: np.ndarray, resize_s: np.ndarray, best: list[float], came_from: np.ndarray
+) -> list[float]:
+    """Steps 1.. of the dynamic program: fills `came_from[k]` and returns the last `best`.
+
+    In Python floats over lists, row by row: with a handful of candidates, numpy's per-call
+    cost is most of the work, and this loop is several times faster. The same arithmetic and
+    choices as the matrix form: `via[p] = best[p] + resize[p, c]`, the first smallest `via`,
+    staying put when it ties (`best[c] <= via`), then the step's own time.
+    """
+    candidates = range(len(best))
+    into = [resize_s[:, c].tolist() for c in candidates]
+    steps = step_s.tolist()
+    for k in range(1, len(steps)):
+        row = steps[k]
+        came = [0] * len(best)
+        reached = [0.0] * len(best)
+        for c in candidates:
+            costs = into[c]
+            where, value = 0, best[0] + costs[0]
+            for p in candidates:
+                via = best[p] + costs[p]
+                if via < value:
+                    where, value = p, via
+            if best[c] <= value:
+                where, value = c, best[c] + costs[c]
+            came[c] = where
+            reached[c] = value + row[c]
+        came_from[k] = came
+        best = reached
+    return best
 
 
 def schedule_total_s(

@@ -305,8 +305,9 @@ def _run_replay(config, policy, costs, out, trace, fact_flags, strict, mechanism
 
 
 def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
-    """trace.json (Chrome trace / Perfetto) of the first replayed policy, beside replay.csv."""
-    from dynaresize.traces.chrome_trace import write_chrome_trace
+    """trace.json (Chrome trace / Perfetto) of the first replayed policy, beside replay.csv (its
+    first steps, for a long trace)."""
+    from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
 
     name, first = next(iter(policies.items()))
     write_chrome_trace(
@@ -316,4 +317,5 @@ def _write_replay_trace(out: Path, trace: Path, policies: dict) -> None:
         decisions=first.decisions,
         run_name=f"replay of {trace.name}: {name}",
         pipeline_mode=first.context.config.pipeline.mode,
+        max_steps=CHROME_TRACE_MAX_STEPS,
     )

@@ -148,3 +148,30 @@ def test_bad_input_is_refused(run):
     broken = resizes.assign(phase="teleport")
     with pytest.raises(ValueError, match="teleport"):
         chrome_trace(steps, broken)
+
+
+@pytest.mark.parametrize("as_lists", [False, True])
+def test_max_steps_shows_the_first_steps_with_their_resizes_and_decisions(run, tmp_path, as_lists):
+    steps, resizes, decisions = run
+    keep = len(steps) // 2
+    last = int(sorted(steps["step"])[keep - 1])
+    records = [steps, resizes, decisions]
+    if as_lists:
+        records = [frame.to_dict(orient="records") for frame in records]
+    path = tmp_path / "first.trace.json"
+    write_chrome_trace(path, *records[:2], decisions=records[2], run_name="r", max_steps=keep)
+    shown = json.loads(path.read_text())
+    step_spans = [e for e in iter_spans(shown) if e["cat"] == "step"]
+    assert sorted(e["args"]["step"] for e in step_spans) == sorted(steps["step"])[:keep]
+    phases = [e for e in iter_spans(shown) if e["pid"] == RESIZE_PID]
+    assert len(phases) == int((resizes["step"] <= last).sum())
+    marks = [e for e in shown["traceEvents"] if e["ph"] == "i"]
+    assert len(marks) == int((decisions["step"] <= last).sum())
+    assert (
+        shown["otherData"]["run"] == f"r (steps {int(steps['step'].min())}-{last} of {len(steps)})"
+    )
+    whole = tmp_path / "whole.trace.json"
+    write_chrome_trace(
+        whole, steps, resizes, decisions=decisions, run_name="r", max_steps=len(steps)
+    )
+    assert json.loads(whole.read_text())["otherData"]["run"] == "r"

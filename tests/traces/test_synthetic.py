@@ -14,6 +14,7 @@ from dynaresize.traces.synthetic import (
     WorkloadConfig,
     generate_workload,
     preset,
+    workload_blocks,
 )
 
 
@@ -136,3 +137,20 @@ def test_each_sample_comes_from_its_component_in_the_configured_shares():
         shares = [np.mean(lengths[step] == value) for value in (100, 200, 400)]
         # five binomial standard deviations at 2,000 samples
         assert np.allclose(shares, weights, atol=5 * np.sqrt(0.25 / 2_000))
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("block_samples", [1, 700, 10_000])
+def test_blocks_are_the_whole_workload_a_block_of_steps_at_a_time(name, block_samples):
+    """Block by block, the numbers of the one-seed draw: the same samples in the same order."""
+    cfg = preset(name).model_copy(update={"samples_per_step": 64})
+    steps = 53
+    whole = generate_workload(cfg, steps, 11)
+    blocks = list(workload_blocks(cfg, steps, 11, block_samples=block_samples))
+    per_block = max(1, block_samples // cfg.samples_per_step)
+    assert [first for first, _ in blocks] == list(range(0, steps, per_block))
+    assert all(block.num_steps == min(per_block, steps - first) for first, block in blocks)
+    for field in ("prompt_tokens", "response_tokens"):
+        joined = np.concatenate([getattr(block, field) for _, block in blocks])
+        assert np.array_equal(joined, getattr(whole, field))
+    assert list(workload_blocks(cfg, 0, 11)) == []
