@@ -174,12 +174,13 @@ def build_context(
     the same scenario, costs and seed, this returns the kept one, its arrays read-only.
     """
     key = None
+    if seed is None:
+        seed = config.simulation.seed
     if workload is None:
-        run_seed = config.simulation.seed if seed is None else seed
         key = context_key(
             config.model_dump_json(exclude={"policies"}),
             "" if costs is None else costs.model_dump_json(),
-            run_seed,
+            seed,
         )
         kept = cache_get(key)
         if kept is not None:
@@ -194,12 +195,11 @@ def _build_context(
     *,
     workload: Workload | None,
     costs: CostModels | None,
-    seed: int | None,
+    seed: int,
 ) -> SimContext:
     costs = costs or config.costs
     if workload is None:
-        run_seed = config.simulation.seed if seed is None else seed
-        workload = generate_workload(config.workload, config.simulation.num_steps, run_seed)
+        workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
     tokens = tokens_per_step(workload)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

@@ -151,6 +151,8 @@ def fit_resize_phases(
     paths = fit_path_bandwidths(traces, base=base.path_bandwidths)
     transfers = transfer_records(traces) if paths is not None else None
     fits = []
+    # traces whose records count bytes: there a phase's 0 is a measured zero (recorded_accounting)
+    counting_bytes = set(records.loc[records["bytes_moved"] > 0, "trace_index"])
     for (strategy_value, phase_value), group in records.groupby(["strategy", "phase"], sort=True):
         strategy, phase = StrategyName(strategy_value), PhaseName(phase_value)
         costs = STRATEGY_COSTS[strategy]
@@ -177,14 +179,13 @@ def fit_resize_phases(
         if group.empty:
             continue
         prior = measured_placement(records, strategy, phase, prior, updated[strategy], notes)
-        same_traces = records[records["trace_index"].isin(group["trace_index"].unique())]
         prior = recorded_accounting(
             group,
             prior,
             model,
             notes,
             f"{strategy.value}.{phase.value}",
-            traces_record_bytes=bool((same_traces["bytes_moved"] > 0).any()),
+            traces_record_bytes=not counting_bytes.isdisjoint(group["trace_index"]),
         )
         group, prior = measured_direction(group, prior, notes, f"{strategy.value}.{phase.value}")
         gb, how = gigabytes_moved(group, prior, model)
