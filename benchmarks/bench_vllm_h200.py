@@ -106,9 +106,13 @@ def vllm_process(
     )
 
 
-def measure(args: argparse.Namespace, save) -> dict[str, Any]:
-    """Every figure of one shape; `save(result)` after each part, so that a run stopped by a
-    time limit keeps what it measured."""
+PARTS = ("own_and_hf", "vllm_sleep", "vllm_destroy", "vllm_batch_invariant")
+
+
+def measure(args: argparse.Namespace, save, earlier: dict[str, Any]) -> dict[str, Any]:
+    """The figures of the parts asked for, over `earlier` (the shape's figures from a run that
+    measured other parts); `save(result)` after each part, so that a run stopped by a time limit
+    keeps what it measured."""
     config = {**preset_architecture(SHAPES[args.shape]), "vocab_size": QWEN2_VOCAB_SIZE}
     model = build_model(ModelSpec(config=config, dtype="bfloat16"), device="cuda")
     flat = flatten_parameters(model).detach().clone()
@@ -123,6 +127,7 @@ def measure(args: argparse.Namespace, save) -> dict[str, Any]:
         pad_token_id=0,
     )
     result: dict[str, Any] = {
+        **earlier,
         "shape": args.shape,
         "params_b": flat.numel() / 1e9,
         "weights_gib": flat.numel() * flat.element_size() / GIB,
@@ -131,8 +136,10 @@ def measure(args: argparse.Namespace, save) -> dict[str, Any]:
             "prompt_tokens": args.prompt_tokens,
             "new_tokens": args.new_tokens,
         },
-        "tokens_per_s": {},
+        "tokens_per_s": dict(earlier.get("tokens_per_s", {})),
     }
+    for name in args.parts:  # a part measured again replaces its failure, if any
+        result.get("errors", {}).pop(name, None)
 
     def step(name: str, fn) -> None:
         begin = time.perf_counter()
@@ -197,11 +204,15 @@ def measure(args: argparse.Namespace, save) -> dict[str, Any]:
                 process, requests, params
             )
 
+    parts = {
+        "own_and_hf": local,
+        "vllm_sleep": sleeping,
+        "vllm_destroy": destroyed,
+        "vllm_batch_invariant": invariant,
+    }
     try:
-        step("own_and_hf", local)
-        step("vllm_sleep", sleeping)
-        step("vllm_destroy", destroyed)
-        step("vllm_batch_invariant", invariant)
+        for name in args.parts:
+            step(name, parts[name])
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return result
@@ -264,7 +275,17 @@ def main() -> None:
     parser.add_argument("--kv-gib", type=float, default=16.0)
     parser.add_argument("--cycles", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS / "vllm_h200.json")
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        type=lambda text: [part for part in text.split(",") if part],
+        help=f"Comma-separated parts to measure (default: all of {', '.join(PARTS)}); the "
+        "shape's figures from earlier parts in --out are kept.",
+    )
     args = parser.parse_args()
+    unknown = sorted(set(args.parts) - set(PARTS))
+    if unknown:
+        parser.error(f"--parts: unknown part(s) {', '.join(unknown)}; known: {', '.join(PARTS)}")
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     if args.merge:
         for path in args.merge:
@@ -272,7 +293,11 @@ def main() -> None:
     else:
         if args.shape is None or not torch.cuda.is_available():
             raise SystemExit("bench_vllm_h200 needs --shape and CUDA (or --merge)")
-        measure(args, lambda result: write(args.out, {**results, args.shape: result}))
+        measure(
+            args,
+            lambda result: write(args.out, {**results, args.shape: result}),
+            results.get(args.shape, {}),
+        )
         results = json.loads(args.out.read_text())
     print(write(args.out, results))
 
