@@ -272,6 +272,7 @@ class EngineProcess:
         if self._buffer is not None and self._buffer.device is not None:
             self._buffer = None
             self.last_load = None
+            torch.cuda.ipc_collect()  # blocks the ended engine process had mapped, now released
             torch.cuda.empty_cache()
 
     def _map_again(self) -> None:

@@ -271,8 +271,11 @@ class _Host:
         if operation == "rebuild":
             return self.rebuild()
         if operation == "close":
-            return self.close()
+            closed = self.close()
+            self._unmap()
+            return closed
         if operation == "exit":
+            self._unmap()
             return None  # the process ends right after the answer; the engine is not closed
         raise ValueError(f"unknown engine process operation {operation!r}")
 
@@ -354,6 +357,14 @@ class _Host:
         self.mapped = {p: t for p, t in self.mapped.items() if p == current}
         self.mapped[message.path] = flat
         return flat
+
+    def _unmap(self) -> None:
+        """Let go of every mapped buffer before the process ends. The owner of a CUDA buffer
+        frees it only once each process that mapped it has released its mapping (torch counts
+        them); a process that ends still holding one leaves the owner a weights-sized block it
+        can never free."""
+        self.mapped.clear()
+        gc.collect()
 
     @staticmethod
     def _weights(message: WeightsMessage, flat: Any) -> Any:
