@@ -250,6 +250,13 @@ def main() -> None:
     parser.add_argument("--batch-invariant", action="store_true", help="vLLM batch-invariant.")
     parser.add_argument("--schedule", default=None, help="The scheduled policy's schedule.")
     parser.add_argument("--steps", type=int, default=None, help="Steps (default: the preset's).")
+    parser.add_argument(
+        "--pipeline",
+        choices=["sync", "one_step_off"],
+        default=None,
+        help="Pipeline mode (default: the live config's). A twin calibrated on roles that share "
+        "one GPU needs `sync`: overlapped rollout and training contend for the device.",
+    )
     args = parser.parse_args()
 
     from dynaresize.executor.config import LiveConfig
@@ -258,6 +265,8 @@ def main() -> None:
     fields = {**live_fields(args.device), **engine_fields(args)}
     if args.steps is not None:
         fields["num_steps"] = args.steps
+    if args.pipeline is not None:
+        fields["pipeline"] = args.pipeline
     config = LiveConfig.model_validate(fields)
     run_dir = args.run_dir or Path(tempfile.mkdtemp(prefix="bench_live_"))
     start = time.perf_counter()

@@ -11,8 +11,8 @@
 #                 come from benchmarks/results/vllm_h200.json); BENCH_LIMIT_S (420) per shape
 #     live-sleep  benchmarks/bench_live.py --device cuda --engine vllm --release sleep ~3 min
 #     live-destroy  the same with --release destroy (live: both)                      ~3 min
-#     loop        two sleep runs of LOOP_STEPS (8) steps with schedules that hold each split
-#                 two steps or more, `dynaresize calibrate` on the first and `validate`
+#     loop        two sleep runs (sync pipeline) of LOOP_STEPS (8) steps with schedules that
+#                 hold each split two steps or more, `dynaresize calibrate` on the first and `validate`
 #                 on the second                                                         ~7 min
 #     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
 #
@@ -104,8 +104,11 @@ if has loop; then
     # Each split held for two steps or more, so that calibrate fits every trainer count the
     # validation run visits (a step right after a resize is not a clean training time).
     loop_steps=${LOOP_STEPS:-8}
-    live vllm_calibrate sleep --steps "$loop_steps" --schedule "2@3:1;4@1:3"
-    live vllm_sleep_other sleep --steps "$loop_steps" --schedule "2@1:3;4@3:1"
+    # `sync`: with every role on one GPU, a rollout overlapped with training slows both by a
+    # contention that a twin of separate devices does not model (one_step_off on 2026-12-03:
+    # per-step error 21%, most of it in rollout times that varied 2.2-3.9 s within a split)
+    live vllm_calibrate sleep --steps "$loop_steps" --pipeline sync --schedule "2@3:1;4@1:3"
+    live vllm_sleep_other sleep --steps "$loop_steps" --pipeline sync --schedule "2@1:3;4@3:1"
     step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
         --trace "$SCRATCH/run_vllm_calibrate/trace" --out "$SCRATCH/costs.yaml"
     step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \

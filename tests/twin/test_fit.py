@@ -142,6 +142,37 @@ def test_the_ring_allreduce_form_and_the_per_token_term_are_chosen_by_the_times(
     assert any("ring all-reduce" in a for a in notes)
 
 
+def test_an_exchange_flat_beyond_one_trainer_is_chosen_by_the_times():
+    """Trainers that share one device exchange gradients through host memory at about the same
+    cost for two ranks as for three: neither the ring (0, 1, 4/3) nor the shard (1, 1/2, 1/3)
+    shape reproduces one, two and three trainers; the flat exchange does, and predicts the
+    measured steps."""
+    true = TRUE.with_overrides(
+        {
+            "train": {
+                "optimizer_s_per_gb_shard": 0.0,
+                "collective_s_per_gb_per_extra_gpu": 0.0,
+                "allreduce_s_per_gb": 0.0,
+                "exchange_s_per_gb": 0.4,
+            }
+        }
+    )
+    gpus = np.repeat([1, 2, 3], 30)
+    runs = [
+        trace_from_costs(
+            lognormal_workload(90, 48, seed=s, growth=1.0), costs=true, model=MODEL, train_gpus=gpus
+        )
+        for s in (3, 4)
+    ]
+    fit = fit_costs(runs, model=MODEL, sync_bandwidth_gbps=400.0)
+    train = fit.costs.train
+    assert train.exchange_s_per_gb == pytest.approx(0.4, rel=1e-3)
+    assert train.allreduce_s_per_gb == 0.0 and train.optimizer_s_per_gb_shard == 0.0
+    assert any("exchange flat beyond one GPU" in a for a in fit.stage("train").assumptions)
+    stage = fit.stage("train")
+    np.testing.assert_allclose(stage.predicted_s, stage.measured_s, rtol=1e-4)
+
+
 def test_a_per_token_term_that_only_fits_noise_is_dropped():
     """Training time that does not follow the tokens, measured with noise over runs of
     different lengths: the per-token term does not beat the simpler form by a standard error

@@ -119,6 +119,7 @@ def _fit_train_one_allocation(
             "fixed_overhead_s": float(max(0.0, intercept_s - per_gpu_terms_s)),
             "optimizer_s_per_gb_shard": base.optimizer_s_per_gb_shard * scale,
             "allreduce_s_per_gb": base.allreduce_s_per_gb * scale,
+            "exchange_s_per_gb": base.exchange_s_per_gb * scale,
             "collective_s_per_gb_per_extra_gpu": base.collective_s_per_gb_per_extra_gpu * scale,
         }
     )
@@ -137,11 +138,15 @@ def _fit_train_several_allocations(
 
     Two choices the step times alone cannot make by least squares:
 
-    - The optimizer shard (1/n) and a ring all-reduce (2 (n - 1) / n = 2 - 2/n) differ, beside
-      the constant term, only in the sign of their 1/n part, so the times cannot say which
-      cause is at work, only which sign fits. Each is tried with the other held at 0 and the
-      better fit is kept: shards that shrink with more trainers, or gradients exchanged at a
-      cost that grows to a plateau.
+    - The optimizer shard (1/n), a ring all-reduce (2 (n - 1) / n = 2 - 2/n) and an exchange
+      flat beyond one GPU (0 on one, 1 from two) differ, beside the constant term, only in how
+      they bend between the counts, so the times cannot say which cause is at work, only which
+      shape fits. Each is tried with the others held at 0: shards that shrink with more
+      trainers, gradients exchanged at a cost that grows to a plateau, or one that reaches it
+      at two (trainers sharing one device through host memory). The better fit of the first
+      two is kept, and the flat exchange replaces it only where it predicts better: with two
+      or more runs by a lower leave-one-run-out error by more than one standard error (the
+      rule below), with one run by the better fit.
     - A per-token cost is only worth its parameter if it predicts runs it was not fitted on.
       With two or more runs, each run is predicted by a fit to the others, with and without the
       term, and the usual one-standard-error rule of cross-validation decides: the term is
@@ -164,13 +169,50 @@ def _fit_train_several_allocations(
                 f"(mean of {len(with_term)} held-out runs' median errors ± one standard error; "
                 "the term is kept only where it wins by more than one standard error)"
             )
-    fitted, form = _best_train_form(tokens, gpus, measured, base, model, with_tokens)
-    shape = "ring all-reduce, 2(n-1)/n" if form == "allreduce" else "optimizer shard, 1/n"
+    fitted, form = _best_train_form(
+        tokens, gpus, measured, base, model, with_tokens, forms=("optimizer", "allreduce")
+    )
+    shared, shared_rss = _fit_train_form(
+        tokens, gpus, measured, base, model, with_tokens, "exchange"
+    )
+    held_out = (
+        [
+            _leave_one_run_out_ape(tokens, gpus, measured, base, model, runs, with_tokens, (f,))
+            for f in (form, "exchange")
+        ]
+        if runs is not None and len(np.unique(runs)) >= 2
+        else [None, None]
+    )
+    if held_out[0] is not None and held_out[1] is not None:
+        kept_mean, _ = _mean_and_standard_error(held_out[0])
+        shared_mean, shared_se = _mean_and_standard_error(held_out[1])
+        adopt = shared_mean + shared_se < kept_mean
+        how = (
+            f"leave-one-run-out error {shared_mean:.1%} ± {shared_se:.1%} with the flat "
+            f"exchange, {kept_mean:.1%} with the {_FORM_SHAPES[form]} form; it is taken only "
+            "where it wins by more than one standard error"
+        )
+    else:
+        adopt = (
+            shared_rss < _fit_train_form(tokens, gpus, measured, base, model, with_tokens, form)[1]
+        )
+        how = "one run: the better fit of the two decides"
+    if adopt:
+        fitted, form = shared, "exchange"
     notes.append(
-        f"the per-GPU term is the {shape} form, the better fit of the two (with a constant they "
-        "differ only in the sign of a 1/n part, so the times choose, not the cause)"
+        f"the per-GPU term is the {_FORM_SHAPES[form]} form (with a constant the forms differ "
+        "only in how they bend between the counts, so the times choose, not the cause; "
+        f"{how})"
     )
     return fitted, notes
+
+
+_FORM_SHAPES = {
+    "optimizer": "optimizer shard, 1/n",
+    "allreduce": "ring all-reduce, 2(n-1)/n",
+    "exchange": "exchange flat beyond one GPU",
+}
+"""The per-GPU forms the fit chooses among, in the order that breaks ties."""
 
 
 def _best_train_form(
@@ -180,12 +222,13 @@ def _best_train_form(
     base: TrainCostParams,
     model: ModelConfig,
     with_tokens: bool,
+    forms: tuple[str, ...] = tuple(_FORM_SHAPES),
 ) -> tuple[TrainCostParams, str]:
-    """The better fit of the optimizer-shard and ring all-reduce forms (the first on a tie), and
-    which form it is."""
+    """The best fit among `forms` (default: the optimizer-shard, ring all-reduce and
+    flat-exchange forms; the first on a tie), and which form it is."""
     fits = {
         form: _fit_train_form(tokens, gpus, measured, base, model, with_tokens, form)
-        for form in ("optimizer", "allreduce")
+        for form in forms
     }
     form = min(fits, key=lambda f: fits[f][1])
     return fits[form][0], form
@@ -207,6 +250,7 @@ def _leave_one_run_out_ape(
     model: ModelConfig,
     runs: np.ndarray,
     with_tokens: bool,
+    forms: tuple[str, ...] = tuple(_FORM_SHAPES),
 ) -> list[float] | None:
     """Median absolute percentage error on each run of a fit to the others, one per run that can
     be held out (None if none can: the rest must still show two allocations)."""
@@ -216,7 +260,7 @@ def _leave_one_run_out_ape(
         if len(np.unique(gpus[rest])) < 2 or rest.sum() < 4:
             continue
         fitted, _ = _best_train_form(
-            tokens[rest], gpus[rest], measured[rest], base, model, with_tokens
+            tokens[rest], gpus[rest], measured[rest], base, model, with_tokens, forms
         )
         held = ~rest
         predicted = train_predictions(tokens[held], gpus[held], model, fitted)
@@ -234,17 +278,18 @@ def _fit_train_form(
     form: str,
 ) -> tuple[TrainCostParams, float]:
     """One form of the curve by bounded least squares: fixed, per token (if `with_tokens`), the
-    scaling efficiency (with tokens), the optimizer shard or the ring all-reduce (`form`), and
-    the collectives that grow with the rank count. Returns the parameters and the residual sum
-    of squares."""
+    scaling efficiency (with tokens), the optimizer shard, the ring all-reduce or the flat
+    exchange (`form`), and the collectives that grow with the rank count. Returns the
+    parameters and the residual sum of squares."""
     token_scale = max(tokens.mean(), 1.0)
     scaled_tokens = tokens / token_scale
     log2_gpus = np.log2(gpus.astype(np.float64))
-    per_gpu_gb = (
-        model.optimizer_state_gb / gpus
-        if form == "optimizer"
-        else model.gradients_gb * ring_traffic(gpus)
-    )
+    if form == "optimizer":
+        per_gpu_gb = model.optimizer_state_gb / gpus
+    elif form == "allreduce":
+        per_gpu_gb = model.gradients_gb * ring_traffic(gpus)
+    else:
+        per_gpu_gb = model.gradients_gb * (gpus > 1).astype(np.float64)
     extra_gpu_gb = model.gradients_gb * (gpus - 1)
 
     def unpack(x: np.ndarray) -> tuple[float, float, float, float, float]:
@@ -282,6 +327,7 @@ def _fit_train_form(
             "scaling_efficiency_per_doubling": float(efficiency),
             "optimizer_s_per_gb_shard": float(per_gpu_rate) if form == "optimizer" else 0.0,
             "allreduce_s_per_gb": float(per_gpu_rate) if form == "allreduce" else 0.0,
+            "exchange_s_per_gb": float(per_gpu_rate) if form == "exchange" else 0.0,
             "collective_s_per_gb_per_extra_gpu": float(collective_rate),
         }
     )

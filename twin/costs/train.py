@@ -5,13 +5,16 @@ optimizer step on each GPU's shard.
             + tokens * s_per_token_one_gpu * active_fraction / (n * efficiency(n))
             + optimizer_s_per_gb_shard * optimizer_state_gb / n
             + allreduce_s_per_gb * gradients_gb * 2 (n - 1) / n
+            + exchange_s_per_gb * gradients_gb * (1 if n > 1 else 0)
             + collective_s_per_gb_per_extra_gpu * gradients_gb * (n - 1)
 
 with `efficiency(n) = scaling_efficiency_per_doubling ** log2(n)`: every doubling of data-parallel
 GPUs keeps that share of linear speedup (communication and load imbalance eat the rest). The
 gradient all-reduce is a ring's: each rank sends and receives 2 (n - 1) / n of the gradients, so
-it costs nothing on one GPU and is nearly flat beyond a few; collectives whose cost grows with the
-rank count itself (through host memory) have their own term.
+it costs nothing on one GPU and is nearly flat beyond a few. Trainers that share one device and
+exchange gradients through host memory pay about the same for two ranks as for three (measured on
+one H200): a step up from one GPU that does not grow, its own term. Collectives whose cost grows
+with the rank count itself (through host memory) have a third.
 
 `active_fraction` is the share of the model's parameters a token computes with: 1 for a dense
 model, active over total for a mixture of experts (3/35 for a 35B-A3B model). Compute follows the
@@ -69,6 +72,13 @@ class TrainCostParams(BaseModel):
         description="Seconds per GB of gradients for a ring all-reduce's 2(n-1)/n traffic on n "
         "training GPUs: zero on one GPU, nearly flat beyond a few.",
     )
+    exchange_s_per_gb: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds per GB of gradients for an exchange that costs the same on any "
+        "number of training GPUs beyond one: zero on one GPU, flat from two (trainers sharing "
+        "one device over host memory behave so).",
+    )
     collective_s_per_gb_per_extra_gpu: float = Field(
         default=0.0,
         ge=0,
@@ -115,6 +125,8 @@ def train_stage_s(
     compute_s = tokens * per_token_s / (train_gpus * efficiency)
     collective_s = params.collective_s_per_gb_per_extra_gpu * model.gradients_gb * (train_gpus - 1)
     collective_s += params.allreduce_s_per_gb * model.gradients_gb * ring_traffic(train_gpus)
+    if train_gpus > 1:
+        collective_s += params.exchange_s_per_gb * model.gradients_gb
     return (
         params.fixed_overhead_s
         + compute_s
