@@ -9,21 +9,27 @@ install; an environment that forbids writing it would time the compiler on every
 - `interpreter_s`: Python's own start, before any project code;
 - `cli_import_s`: importing the command line (what `--help` costs);
 - `load_config_s`: reading and validating the config;
-- `simulation_imports_s`: importing the simulation's code and what it runs on (numpy, pandas
-  and the pyarrow it loads, SimPy, pydantic);
-- `other_imports_s`: the rest of what the command imports (the run folder's writers, the table);
+- `simulation_imports_s`: importing the simulation's code and what it runs on before it starts
+  (numpy, SimPy, pydantic; no pandas or pyarrow: `deferred_at_simulation_start` lists which of
+  those were loaded by then);
+- `other_imports_s`: the rest of what the command imports before the simulation (the
+  comparison, the table printer);
+- `pandas_import_s`: pandas, with the pyarrow it loads, imported where the simulation first
+  uses it (its record tables), timed apart;
 - `simulation_s`: `run_comparison`, every policy and static split and the offline optimum,
-  including the rollout kernel it loads on first use;
+  including the rollout kernel it loads on first use, not `pandas_import_s`;
 - `write_s`: the run folder, split into `write_tables_s` (Parquet trace tables),
   `write_chrome_trace_s`, `write_timeline_s` (timeline.svg) and the rest;
 - `print_table_s`: the table on the terminal;
-- `inside_simulation_s` (`simulation_s + simulation_imports_s`) and `outside_simulation_s`
-  (everything else); `outside_simulation_strict_s` counts every import as outside;
+- `inside_simulation_s` (`simulation_s + simulation_imports_s + pandas_import_s`) and
+  `outside_simulation_s` (everything else); `outside_simulation_strict_s` counts every import
+  as outside;
 - `total_s`: the whole command; target at most `TARGET_TOTAL_S`.
 
 Also `library_imports_s`: a fresh process that only imports the libraries the command runs on
-(numpy, pandas, pyarrow's Parquet writer, pydantic with one model, SimPy, PyYAML, typer, rich),
-the part of `total_s` no change to the project can take away, run right after each command run;
+(numpy, pandas, pyarrow's Parquet writer, pydantic with one model, PyYAML, typer, rich; not
+SimPy, which the example's one-step-off pipeline does not use), the part of `total_s` no change
+to the project short of leaving pandas out can take away, run right after each command run;
 `project_share_s`: the median over those pairs of the command's total less the libraries' (what
 the project's own code costs, steadier than either on a busy machine); `library_split_s`:
 each of those libraries imported alone (the floor, library by library); `help_s`: `dynaresize
@@ -58,6 +64,9 @@ UNUSED_PROJECT = [
     "dynaresize.twin.analysis",
 ]
 """What a sim run of a config without a live section does not use, before or after it starts."""
+DEFERRED = ["pandas", "pyarrow"]
+"""What the simulation's records and the run folder's writers use, but nothing before the
+simulation starts: imported on first use."""
 
 _CHILD = r"""
 import json, sys, time
@@ -66,6 +75,7 @@ import io
 
 cpu = {"interpreter_s": time.process_time()}
 unused = json.loads(sys.argv[2])
+deferred = json.loads(sys.argv[3])
 
 def timed(owner, name, key):
     inner = getattr(owner, name)
@@ -93,9 +103,7 @@ import dynaresize.twin.comparison as comparison
 cpu["other_imports_s"] = time.process_time() - start
 
 timed(config_module, "load_run_config", "load_config_s")
-timed(comparison, "write_timeline_svg", "write_timeline_s")
 timed(comparison, "write_chrome_trace", "write_chrome_trace_s")
-timed(comparison, "write_trace", "write_tables_s")
 timed(table, "print_table", "print_table_s")
 twin.run_comparison = comparison.run_comparison
 twin.write_comparison = comparison.write_comparison
@@ -108,8 +116,24 @@ def loaded(names):
 simulate = twin.run_comparison
 def at_start(*args, **kwargs):
     cpu["unused_at_simulation_start"] = loaded(unused)
+    cpu["deferred_at_simulation_start"] = loaded(deferred)
+    # The simulation's records are pandas tables: pandas (with the numpy and pyarrow it loads)
+    # is imported here, on its first use, and timed as a part of its own.
+    start = time.process_time()
+    import pandas
+    cpu["pandas_import_s"] = time.process_time() - start
     return simulate(*args, **kwargs)
 twin.run_comparison = at_start
+
+write = twin.write_comparison
+def writers_timed(*args, **kwargs):
+    # the table and timeline writers load pandas: imported once the simulation is done
+    import dynaresize.traces.io as trace_io
+    import dynaresize.traces.timeline_svg as timeline_svg
+    timed(trace_io, "write_trace", "write_tables_s")
+    timed(timeline_svg, "write_timeline_svg", "write_timeline_s")
+    return write(*args, **kwargs)
+twin.write_comparison = writers_timed
 
 code = 0
 with redirect_stdout(io.StringIO()):
@@ -140,7 +164,7 @@ print(json.dumps({"help_s": time.process_time(), "heavy_imported": heavy}))
 
 _LIBRARIES = r"""
 import json, time
-import numpy, pandas, pyarrow.parquet, pydantic, simpy, yaml, typer, rich.console, rich.table
+import numpy, pandas, pyarrow.parquet, pydantic, yaml, typer, rich.console, rich.table
 
 class One(pydantic.BaseModel):
     value: int = 0
@@ -196,9 +220,10 @@ def _child(script: str, *args: str) -> dict:
 def measure(repeats: int) -> dict:
     runs, libraries = [], []
     unused = json.dumps(UNUSED_BY_SIM + UNUSED_PROJECT)
+    deferred = json.dumps(DEFERRED)
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(repeats + 1):  # the first may compile or load caches: kept apart
-            figures = _child(_CHILD, str(Path(tmp) / f"run{i}"), unused)
+            figures = _child(_CHILD, str(Path(tmp) / f"run{i}"), unused, deferred)
             assert figures.pop("exit_code") == 0, figures
             runs.append(figures)
             # right after each run, under the same load: the libraries alone
@@ -209,7 +234,7 @@ def measure(repeats: int) -> dict:
     best["write_other_s"] = best["write_s"] - sum(
         best.get(k, 0.0) for k in ("write_tables_s", "write_chrome_trace_s", "write_timeline_s")
     )
-    inside = best["simulation_s"] + best["simulation_imports_s"]
+    inside = best["simulation_s"] + best["simulation_imports_s"] + best["pandas_import_s"]
     best["outside_simulation_s"] = best["total_s"] - inside
     best["inside_simulation_s"] = inside
     best["outside_simulation_strict_s"] = best["total_s"] - best["simulation_s"]
@@ -230,6 +255,7 @@ ORDER = [
     "simulation_imports_s",
     "other_imports_s",
     "load_config_s",
+    "pandas_import_s",
     "simulation_s",
     "write_s",
     "write_tables_s",
@@ -266,6 +292,7 @@ def report(figures: dict, repeats: int) -> str:
         "",
         f"In all {total:.3f} s: target (at most {TARGET_TOTAL_S} s) {verdict}. Inside the "
         f"simulation {inside:.3f} s (its imports {figures['simulation_imports_s']:.3f} s, "
+        f"pandas on first use {figures['pandas_import_s']:.3f} s, "
         f"simulating {figures['simulation_s']:.3f} s), outside it "
         f"{figures['outside_simulation_s']:.3f} s. Importing the libraries alone takes "
         f"{figures['library_imports_s']:.3f} s in a fresh process; the project's own share "
@@ -274,7 +301,9 @@ def report(figures: dict, repeats: int) -> str:
         "Imported by the time the simulation starts, of what a sim run does not use "
         f"({', '.join(UNUSED_BY_SIM + UNUSED_PROJECT)}): "
         f"{', '.join(figures['unused_at_simulation_start']) or 'none'}; by the end: "
-        f"{', '.join(figures['unused_at_end']) or 'none'}.",
+        f"{', '.join(figures['unused_at_end']) or 'none'}. Of {', '.join(DEFERRED)} (used "
+        "once the simulation runs), imported before it starts: "
+        f"{', '.join(figures['deferred_at_simulation_start']) or 'none'}.",
         f"`dynaresize --help` imports of {', '.join(HEAVY)}: "
         f"{', '.join(figures['help_heavy_imports']) or 'none'}.",
         "",

@@ -22,7 +22,7 @@ SCHEMA_VERSION = 1
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: int = Field(default=SCHEMA_VERSION, description="Trace schema version.")
 
@@ -177,7 +177,7 @@ class DecisionRecord(_Record):
 class RunMeta(BaseModel):
     """What run a trace describes and how it was obtained; one per trace."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     schema_version: int = Field(default=SCHEMA_VERSION, description="Trace schema version.")
     source: str = Field(

@@ -194,6 +194,9 @@ def generate_workload(config: WorkloadConfig, num_steps: int, seed: int) -> Work
     """
     if num_steps < 0:
         raise ValueError("num_steps must be non-negative")
+    if num_steps * config.samples_per_step <= BLOCK_SAMPLES:  # one block: no copy
+        for _, whole in workload_blocks(config, num_steps, seed):
+            return whole
     n = num_steps * config.samples_per_step
     prompt_tokens = np.empty(n, dtype=np.int64)
     response_tokens = np.empty(n, dtype=np.int64)
@@ -259,7 +262,13 @@ def workload_blocks(
         raise ValueError("num_steps must be non-negative")
     per_step = config.samples_per_step
     steps_per_block = max(1, block_samples // per_step)
-    choices, lengths, prompts = _draw_streams(config, num_steps, seed, steps_per_block)
+    if steps_per_block >= num_steps:
+        # One block: its sections are drawn whole, in the order of the one-seed draw, so one
+        # generator serves them all and nothing is drawn twice to find where a section starts.
+        rng = np.random.default_rng(seed)
+        choices, lengths, prompts = rng, [rng] * len(config.components), rng
+    else:
+        choices, lengths, prompts = _draw_streams(config, num_steps, seed, steps_per_block)
     scale, weights = config.schedule(num_steps)
     comps = config.components
     for first in range(0, num_steps, steps_per_block):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from importlib import import_module
+from types import ModuleType
 from typing import Any
 
 
@@ -32,3 +33,24 @@ def lazy_exports(
         return sorted({*vars(sys.modules[package]), *exports})
 
     return __getattr__, __dir__
+
+
+class LazyModule:
+    """A library module imported on first attribute read: `pd = LazyModule("pandas")` at the top
+    of a module whose import should not load pandas (the command line's path to the simulation)
+    while its functions still write `pd.DataFrame`. Type checkers see the real import instead
+    (`if TYPE_CHECKING: import pandas as pd` / `else: pd = LazyModule("pandas")`)."""
+
+    __slots__ = ("_module", "_name")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        if self._module is None:
+            self._module = import_module(self._name)
+        return getattr(self._module, attribute)
+
+    def __repr__(self) -> str:
+        return f"LazyModule({self._name!r})"

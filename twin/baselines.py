@@ -8,11 +8,17 @@ static split costs no extra simulation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from ._lazy import LazyModule
 from .step_costs import StepCosts
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 
 @dataclass(frozen=True)

@@ -18,26 +18,21 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
-
 from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
-from dynaresize.traces.io import Trace, write_trace
-from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
-from dynaresize.traces.timeline_svg import write_timeline_svg
 from dynaresize.traces.workload import Workload
-from dynaresize.traces.workload_inference import workload_samples
-from dynaresize.traces.workload_parquet import write_workload_samples
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from .simulation import SimContext, SimResult, build_context, simulate
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .mechanisms import MechanismComparison
 
 __all__ = [
@@ -147,6 +142,8 @@ def _comparison_table(
                 **_regret_columns(row.total_s, optimum_s),
             }
         )
+    import pandas as pd
+
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
@@ -199,6 +196,12 @@ def _write_run(
     for every run (None: the caller writes it), rather than the table validated and converted
     again.
     """
+    # The writers load pandas and pyarrow: imported once there is something to write, so that
+    # the command's path to the simulation loads neither.
+    from dynaresize.traces.io import Trace, write_trace
+    from dynaresize.traces.timeline_svg import write_timeline_svg
+    from dynaresize.traces.workload_inference import workload_samples
+
     samples = result.samples
     if samples is None:  # no rows here: the workload's are copied in or written after
         samples = workload_samples(result.context.workload.slice_steps(0, 0))
@@ -317,6 +320,9 @@ def write_comparison(
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
     """
+    from dynaresize.traces.jsonl_io import dumps_finite
+    from dynaresize.traces.workload_parquet import write_workload_samples
+
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} exists and is not a folder")

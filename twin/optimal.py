@@ -18,9 +18,16 @@ against this bound, not guaranteed to be exactly non-negative to the last second
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+from ._lazy import LazyModule
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 
 @dataclass(frozen=True)

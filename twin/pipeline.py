@@ -24,15 +24,20 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import cast
-
-import simpy
+from typing import TYPE_CHECKING, cast
 
 from dynaresize.traces.phases import PipelineMode
 
+from ._lazy import LazyModule
 from .config import InFlightHandling
 from .pipeline_core import PipelineCore
 from .pipeline_run import PipelineRecords, PipelineRun
+
+if TYPE_CHECKING:
+    import simpy
+else:
+    simpy = LazyModule("simpy")
+
 
 __all__ = ["PipelineRecords", "PipelineRun"]
 
@@ -57,7 +62,7 @@ class StepClock:
 
     def as_environment(self) -> simpy.Environment:
         """Typed as the environment it stands in for, where only `now` and `timeout` are read."""
-        return cast(simpy.Environment, self)
+        return cast("simpy.Environment", self)
 
 
 class _Pipeline(PipelineCore):

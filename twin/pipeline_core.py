@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import simpy
 
 from dynaresize.policies.trusted import trusted, trusted_complete
 from dynaresize.policies.types import (
@@ -26,8 +26,15 @@ from dynaresize.policies.types import (
 )
 from dynaresize.traces.phases import PhaseName, Role
 
+from ._lazy import LazyModule
 from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
+
+if TYPE_CHECKING:
+    import simpy
+else:
+    simpy = LazyModule("simpy")
+
 
 __all__ = ["PipelineCore"]
 
@@ -57,9 +64,11 @@ class _PendingResize:
 class PipelineCore:
     """What every pipeline mode shares; the modes' processes live in a subclass."""
 
-    def __init__(self, run: PipelineRun) -> None:
+    def __init__(self, run: PipelineRun, env: simpy.Environment | None = None) -> None:
         costs, cost_source = run.costs, run.cost_source
-        self.env = simpy.Environment()
+        self.env = simpy.Environment() if env is None else env
+        """SimPy's event queue, or what stands in for it where one process runs alone
+        (`StepClock`, which a lockstep run's path takes without importing SimPy)."""
         self.costs = costs
         self.policy = run.policy
         self.policy_name = run.policy_name

@@ -9,19 +9,23 @@ from dynaresize.traces.phases import PipelineMode
 
 from .pipeline import StepClock, _Pipeline
 from .pipeline_run import PipelineRecords, PipelineRun
-from .sample_pipeline import SamplePipeline
 
 __all__ = ["run_pipeline"]
 
 
 def run_pipeline(run: PipelineRun) -> PipelineRecords:
     """Run one policy over every step of `run.costs`; returns the filled record columns."""
-    sim = _Pipeline(run) if run.samples is None else SamplePipeline(run)
     if run.samples is None and run.pipeline.mode is not PipelineMode.ASYNC:
         clock = StepClock()  # one process, nothing to interleave: no event queue
-        sim.env = clock.as_environment()
-        clock.run(sim.lockstep())
-        return sim.finish()
+        lockstep = _Pipeline(run, env=clock.as_environment())
+        clock.run(lockstep.lockstep())
+        return lockstep.finish()
+    if run.samples is None:
+        sim = _Pipeline(run)
+    else:
+        from .sample_pipeline import SamplePipeline  # SimPy's, imported where it runs
+
+        sim = SamplePipeline(run)
     if run.pipeline.mode is PipelineMode.ASYNC:
         sim.run_async()
     else:

@@ -6,15 +6,20 @@ Apart from `simulation.py` so that running a policy and shaping its output read 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from dynaresize.traces.schema import SCHEMA_VERSION, DecisionRecord, ResizePhaseRecord, StepRecord
 from dynaresize.traces.workload import Workload
 
+from ._lazy import LazyModule
 from .pipeline_run import PipelineRecords
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 STEP_COLUMNS = list(StepRecord.model_fields)
 RESIZE_COLUMNS = list(ResizePhaseRecord.model_fields)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
@@ -19,6 +18,7 @@ from dynaresize.policies.types import Policy
 from dynaresize.traces.synthetic import generate_workload
 from dynaresize.traces.workload import Workload
 
+from ._lazy import LazyModule
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
 from .context_cache import cache_get, cache_put, context_key
@@ -38,7 +38,11 @@ from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_war
 from .summary import SimSummary, summarize_run
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .sample_pipeline import SampleInputs
+else:
+    pd = LazyModule("pandas")
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
 
@@ -177,9 +181,12 @@ def build_context(
     if seed is None:
         seed = config.simulation.seed
     if workload is None:
+        # The config's dump holds its own costs: other costs only add to the key. (A digest
+        # kept per config object would go stale: configs are mutable models a notebook may
+        # change in place between calls. The dump takes about 0.2 ms.)
         key = context_key(
             config.model_dump_json(exclude={"policies"}),
-            "" if costs is None else costs.model_dump_json(),
+            "" if costs is None or costs is config.costs else costs.model_dump_json(),
             seed,
         )
         kept = cache_get(key)

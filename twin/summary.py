@@ -6,9 +6,17 @@ and (later) a replayed live run. Speedups are `baseline_total_s / total_s`: abov
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
+
+from ._lazy import LazyModule
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = LazyModule("pandas")
 
 
 class SimSummary(BaseModel):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 _PERCENT_COLUMNS = {"gpu_idle_fraction"}
 _SIGNED_PERCENT_COLUMNS = {"change_vs_best_static"}

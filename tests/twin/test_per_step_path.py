@@ -95,7 +95,11 @@ def test_a_scenario_asked_again_gets_its_kept_context(fresh_cache):
     config = _scenario(30)
     first = build_context(config)
     assert build_context(config) is first
+    assert build_context(config, costs=config.costs) is first  # its own costs, passed
     assert build_context(config, seed=config.simulation.seed + 1) is not first
+    config.simulation.num_steps = 20  # changed in place: its own context, not the kept one
+    assert build_context(config).workload.num_steps == 20
+    config.simulation.num_steps = 30
     again = _scenario(30)  # an equal config, another object: the same context, its config
     kept = build_context(again)
     assert kept.config is again and kept.step_costs is first.step_costs
