@@ -29,7 +29,8 @@ from .validation import (
 )
 
 
-def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema a record table of `model` is written with (every column nullable)."""
     types = {
         ColumnKind.INT: pa.int64(),
         ColumnKind.FLOAT: pa.float64(),
@@ -78,7 +79,7 @@ def write_parquet_dir(directory: Path, trace: Trace) -> None:
     (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
     for table, model in TABLES.items():
         df = trace.table(table)
-        schema = _arrow_schema(model)
+        schema = arrow_schema(model)
         path = directory / f"{table}.parquet"
         if len(df) <= ROWS_PER_CHUNK:
             pq.write_table(_chunk_table(df, 0, model, schema), path)

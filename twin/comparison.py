@@ -201,7 +201,7 @@ def _write_run(
     """
     samples = result.samples
     if samples is None:  # no rows here: the workload's are copied in or written after
-        samples = workload_samples(result.context.workload.slice_steps(0, 0))
+        samples = workload_samples(Workload.from_steps([], []))
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -338,7 +338,7 @@ def write_comparison(
         if comparison.runs[first].samples is not None:
             shared = staging / ".workload-samples.parquet"
         if any(run.samples is None for run in comparison.runs.values()):
-            write_workload_samples(shared, comparison.context.workload)
+            write_workload_samples(shared, comparison.context.workload_blocks())
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is

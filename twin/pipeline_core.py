@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import simpy
@@ -29,7 +30,18 @@ from dynaresize.traces.phases import PhaseName, Role
 from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 
-__all__ = ["PipelineCore"]
+__all__ = ["Clock", "PipelineCore"]
+
+
+class Clock(Protocol):
+    """What the stages shared by every mode read of a simulated clock: the time, and a wait
+    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
+
 
 RESIZE_FIELDS = (
     "resize_id",
@@ -60,6 +72,9 @@ class PipelineCore:
     def __init__(self, run: PipelineRun) -> None:
         costs, cost_source = run.costs, run.cost_source
         self.env = simpy.Environment()
+        self.clock: Clock = self.env
+        """What the shared stages wait on: SimPy's environment, or a `StepClock` standing in
+        for it where one process runs alone."""
         self.costs = costs
         self.policy = run.policy
         self.policy_name = run.policy_name
@@ -132,8 +147,8 @@ class PipelineCore:
     def _rollout(self, batch: int, version: int):
         """Generate one batch on the current split (a SimPy sub-process body)."""
         duration_s = self.rollout_s[batch][self.current]
-        start_s = self.env.now
-        yield self.env.timeout(duration_s)
+        start_s = self.clock.now
+        yield self.clock.timeout(duration_s)
         self.records.rollout_intervals.append((start_s, start_s + duration_s))
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
@@ -145,14 +160,14 @@ class PipelineCore:
         event; in async mode the sync's start stays an event of its own, so that events of the
         rollout process at the same instant keep their order.
         """
-        start_s = self.env.now
+        start_s = self.clock.now
         sync_s = self.sync_s[self.current]
         if one_event:
-            yield self.env.timeout(train_s + sync_s)
+            yield self.clock.timeout(train_s + sync_s)
         else:
-            yield self.env.timeout(train_s)
-            yield self.env.timeout(sync_s)
-        self.records.train_intervals.append((start_s, self.env.now))
+            yield self.clock.timeout(train_s)
+            yield self.clock.timeout(sync_s)
+        self.records.train_intervals.append((start_s, self.clock.now))
 
     def _record_step(
         self,
@@ -164,7 +179,7 @@ class PipelineCore:
         waited_fraction: float | None = None,
         lent: bool = False,
     ) -> None:
-        now = self.env.now
+        now = self.clock.now
         self.step_start[k] = self.step_start_s
         self.step_end[k] = now
         self.step_train_s[k] = train_s
@@ -240,7 +255,7 @@ class PipelineCore:
         return trusted(
             StepObservation,
             step=k,
-            now_s=self.env.now,
+            now_s=self.clock.now,
             allocation=self.costs.candidates[self.current],
             recent=tuple(self.recent),
             candidates=candidates,
@@ -268,7 +283,7 @@ class PipelineCore:
         self.records.decision_rows.append(
             (
                 k,
-                self.env.now,
+                self.clock.now,
                 self.policy_name,
                 "hold" if target is None else "resize",
                 self.labels[self.current],
@@ -307,7 +322,7 @@ class PipelineCore:
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
         resize_id = self.num_resizes
         self.num_resizes += 1
-        start_s = self.env.now
+        start_s = self.clock.now
         plan = self._plan_to(target)
         head = (self.labels[self.current], self.labels[target])
         rows = self.resize_rows
@@ -332,7 +347,7 @@ class PipelineCore:
                 )
             )
         stall_s = (offset_s - start_s) + plan.critical_s
-        yield self.env.timeout(stall_s)
+        yield self.clock.timeout(stall_s)
         self.records.stall_s += stall_s
         self.measured_resize_costs_s = recent_window(
             self.measured_resize_costs_s, stall_s, self.measured_costs_window

@@ -19,7 +19,7 @@ def run_pipeline(run: PipelineRun) -> PipelineRecords:
     sim = _Pipeline(run) if run.samples is None else SamplePipeline(run)
     if run.samples is None and run.pipeline.mode is not PipelineMode.ASYNC:
         clock = StepClock()  # one process, nothing to interleave: no event queue
-        sim.env = clock.as_environment()
+        sim.clock = clock
         clock.run(sim.lockstep())
         return sim.finish()
     if run.pipeline.mode is PipelineMode.ASYNC:

@@ -7,6 +7,7 @@ the context once and calls `simulate(..., context=ctx)` per policy.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -16,7 +17,7 @@ import pandas as pd
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Policy
-from dynaresize.traces.synthetic import generate_workload
+from dynaresize.traces.synthetic import BLOCK_SAMPLES, generate_workload, workload_blocks
 from dynaresize.traces.workload import Workload
 
 from .baselines import StaticBaselines, static_baselines
@@ -34,7 +35,13 @@ from .sim_records import (
     _samples_frame,
     _steps_frame,
 )
-from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_warmup, tokens_per_step
+from .step_costs import (
+    StepCosts,
+    stage_time_components,
+    static_step_times,
+    steady_step_s_without_warmup,
+    tokens_per_step,
+)
 from .summary import SimSummary, summarize_run
 
 if TYPE_CHECKING:
@@ -45,10 +52,18 @@ __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
 
 @dataclass(frozen=True)
 class SimContext:
-    """Everything about a scenario that does not depend on the policy."""
+    """Everything about a scenario that does not depend on the policy.
+
+    A generated workload too large to hold whole cheaply (more than one block of
+    `workload_blocks`) in a run that reads only step-level costs is not held: its step costs
+    and statistics were built a block at a time, and `workload` draws it again from its seed
+    when a caller asks for the per-sample lengths (`workload_blocks` gives them a block at a
+    time with the memory of one block).
+    """
 
     config: ScenarioConfig
-    workload: Workload
+    held_workload: Workload | None
+    """The per-sample lengths, or None where they are drawn again on demand (see above)."""
     costs: CostModels
     step_costs: StepCosts
     plans: ResizePlans
@@ -59,6 +74,31 @@ class SimContext:
     baselines: StaticBaselines
     lend_plan: LendPlan
     """What one lend within a step costs (activate, deactivate)."""
+    seed: int = 0
+    """The seed a generated workload was drawn from."""
+
+    @property
+    def workload(self) -> Workload:
+        """Every sample's lengths: the held ones, or drawn again whole from the seed."""
+        if self.held_workload is not None:
+            return self.held_workload
+        return generate_workload(self.config.workload, self.config.simulation.num_steps, self.seed)
+
+    def workload_blocks(self) -> Iterator[tuple[int, Workload]]:
+        """The workload a block of whole steps at a time: (first step, block)."""
+        if self.held_workload is not None:
+            yield 0, self.held_workload
+            return
+        yield from workload_blocks(
+            self.config.workload, self.config.simulation.num_steps, self.seed
+        )
+
+    @property
+    def num_samples(self) -> int:
+        """Samples over every step, held or not."""
+        if self.held_workload is not None:
+            return len(self.held_workload.response_tokens)
+        return self.config.simulation.num_steps * self.config.workload.samples_per_step
 
     @property
     def plan(self) -> ResizePlan:
@@ -186,8 +226,74 @@ def build_context(
         if kept is not None:
             return kept if kept.config is config else replace(kept, config=config)
     context = _build_context(config, workload=workload, costs=costs, seed=seed)
-    cache_put(key, context, len(context.workload.response_tokens))
+    cache_put(key, context, context.num_samples)
     return context
+
+
+def holds_samples(config: ScenarioConfig) -> bool:
+    """Whether a run of `config` reads every sample's lengths while it runs (lending and
+    partial rollout go sample by sample); the others read only step-level costs."""
+    return bool(config.pipeline.lending or config.pipeline.partial_rollout)
+
+
+@dataclass(frozen=True)
+class _BlockCosts:
+    """What the context keeps of one block of steps once its samples are let go."""
+
+    tokens: np.ndarray
+    rollout_s: np.ndarray
+    train_s: np.ndarray
+    sync_s: np.ndarray
+    stats: pd.DataFrame
+
+
+def _block_costs(
+    config: ScenarioConfig, costs: CostModels, block: Workload, *, starts_run: bool
+) -> _BlockCosts:
+    tokens = tokens_per_step(block)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        rollout, train, sync = stage_time_components(
+            block,
+            candidates=tuple(config.cluster.candidate_allocations),
+            cluster=config.cluster,
+            model=config.model,
+            costs=costs,
+            tokens=tokens,
+            starts_run=starts_run,
+        )
+    return _BlockCosts(tokens, rollout, train, sync, _step_stats(block, tokens))
+
+
+def _step_costs_by_block(
+    config: ScenarioConfig, costs: CostModels, held: Workload | None, seed: int
+) -> tuple[StepCosts, np.ndarray, pd.DataFrame]:
+    """Step costs, tokens and statistics of every step: of the held workload at once, or of the
+    generated one a block of steps at a time, each block's samples let go once its steps are
+    costed (every quantity here is per step, so the blocks' rows are the whole run's rows)."""
+    if held is not None:
+        parts = [_block_costs(config, costs, held, starts_run=True)]
+    else:
+        blocks = workload_blocks(config.workload, config.simulation.num_steps, seed)
+        parts = [
+            _block_costs(config, costs, block, starts_run=first == 0) for first, block in blocks
+        ]
+    rollout = np.concatenate([p.rollout_s for p in parts]) if len(parts) > 1 else parts[0].rollout_s
+    train = np.concatenate([p.train_s for p in parts]) if len(parts) > 1 else parts[0].train_s
+    tokens = np.concatenate([p.tokens for p in parts]) if len(parts) > 1 else parts[0].tokens
+    stats = (
+        pd.concat([p.stats for p in parts], ignore_index=True) if len(parts) > 1 else parts[0].stats
+    )
+    sync = parts[0].sync_s
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        step_s = static_step_times(rollout, train, sync, config.pipeline)
+    step_costs = StepCosts(
+        candidates=tuple(config.cluster.candidate_allocations),
+        rollout_s=rollout,
+        train_s=train,
+        sync_s=sync,
+        step_s=step_s,
+    )
+    return step_costs, tokens, stats
 
 
 def _build_context(
@@ -199,18 +305,11 @@ def _build_context(
 ) -> SimContext:
     costs = costs or config.costs
     if workload is None:
-        workload = generate_workload(config.workload, config.simulation.num_steps, seed)
+        num_samples = config.simulation.num_steps * config.workload.samples_per_step
+        if holds_samples(config) or num_samples <= BLOCK_SAMPLES:
+            workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
-    tokens = tokens_per_step(workload)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        step_costs = compute_step_costs(
-            workload,
-            cluster=cluster,
-            model=config.model,
-            costs=costs,
-            pipeline=config.pipeline,
-            tokens=tokens,
-        )
+    step_costs, tokens, stats = _step_costs_by_block(config, costs, workload, seed)
     _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
@@ -222,7 +321,6 @@ def _build_context(
     )
     steady = steady_step_s_without_warmup(step_costs, costs, config.pipeline.mode)
     predicted = _window_mean(steady, config.simulation.observation_window_steps)
-    stats = _step_stats(workload, tokens)
     lend = plan_lend(
         model=config.model,
         params=costs.resize,
@@ -232,7 +330,7 @@ def _build_context(
     )
     return SimContext(
         config=config,
-        workload=workload,
+        held_workload=workload,
         costs=costs,
         step_costs=step_costs,
         plans=plans,
@@ -240,6 +338,7 @@ def _build_context(
         step_stats=stats,
         baselines=static_baselines(step_costs, tokens),
         lend_plan=lend,
+        seed=seed,
     )
 
 
@@ -336,5 +435,5 @@ def simulate(
         decisions=decisions,
         summary=summary,
         context=ctx,
-        samples=_samples_frame(records, ctx.workload),
+        samples=None if records.samples is None else _samples_frame(records, ctx.workload),
     )
