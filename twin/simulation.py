@@ -49,6 +49,10 @@ if TYPE_CHECKING:
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
 
+CONTEXT_BLOCK_SAMPLES = BLOCK_SAMPLES
+"""Samples of a generated workload the context builds costs from at a time; a step-level run
+with more than this holds one block at a time, never the whole workload."""
+
 
 @dataclass(frozen=True)
 class SimContext:
@@ -90,7 +94,10 @@ class SimContext:
             yield 0, self.held_workload
             return
         yield from workload_blocks(
-            self.config.workload, self.config.simulation.num_steps, self.seed
+            self.config.workload,
+            self.config.simulation.num_steps,
+            self.seed,
+            block_samples=CONTEXT_BLOCK_SAMPLES,
         )
 
     @property
@@ -273,7 +280,12 @@ def _step_costs_by_block(
     if held is not None:
         parts = [_block_costs(config, costs, held, starts_run=True)]
     else:
-        blocks = workload_blocks(config.workload, config.simulation.num_steps, seed)
+        blocks = workload_blocks(
+            config.workload,
+            config.simulation.num_steps,
+            seed,
+            block_samples=CONTEXT_BLOCK_SAMPLES,
+        )
         parts = [
             _block_costs(config, costs, block, starts_run=first == 0) for first, block in blocks
         ]
@@ -306,7 +318,7 @@ def _build_context(
     costs = costs or config.costs
     if workload is None:
         num_samples = config.simulation.num_steps * config.workload.samples_per_step
-        if holds_samples(config) or num_samples <= BLOCK_SAMPLES:
+        if holds_samples(config) or num_samples <= CONTEXT_BLOCK_SAMPLES:
             workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
     step_costs, tokens, stats = _step_costs_by_block(config, costs, workload, seed)
