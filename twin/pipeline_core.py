@@ -25,10 +25,11 @@ from dynaresize.policies.types import (
     StepObservation,
     recent_window,
 )
-from dynaresize.traces.phases import PhaseName, Role
+from dynaresize.traces.phases import Role
 
 from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
+from .resize_log import PhaseRow, ResizeLog
 
 __all__ = ["Clock", "PipelineCore"]
 
@@ -129,10 +130,8 @@ class PipelineCore:
         self.stage_times_fields = set(StageTimes.model_fields)
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
-        self.resize_rows: list[tuple] = []
-        """One tuple per resize phase, in RESIZE_FIELDS order; columns at `finish`."""
-        self.phase_rows: dict[tuple[int, int], list[tuple]] = {}
-        """Per (from, to) pair, the plan's phases as (phase, start_s, end_s, critical, bytes)."""
+        self.resize_log = ResizeLog()
+        """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------
 
@@ -230,7 +229,7 @@ class PipelineCore:
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
         self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
-        self.records.resizes = _columns(RESIZE_FIELDS, self.resize_rows)
+        self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
     def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
@@ -308,15 +307,12 @@ class PipelineCore:
         candidates = self.costs.candidates
         return self.plans.between(candidates[self.current], candidates[target])
 
-    def _phase_rows(self, target: int) -> list[tuple]:
-        """The phases of the plan from the current split to `target`, as plain tuples."""
-        key = (self.current, target)
-        rows = self.phase_rows.get(key)
-        if rows is None:
-            phases = self._plan_to(target).phases
-            rows = [(p.name.value, p.start_s, p.end_s, p.critical, p.bytes_moved) for p in phases]
-            self.phase_rows[key] = rows
-        return rows
+    def _plan_rows(self, target: int) -> tuple[list[PhaseRow], tuple[str, str, str]]:
+        """The phases of the plan from the current split to `target` as plain tuples, and its
+        strategy and the two splits' labels."""
+        plan = self._plan_to(target)
+        rows = [(p.name.value, p.start_s, p.end_s, p.critical, p.bytes_moved) for p in plan.phases]
+        return rows, (plan.strategy.value, self.labels[self.current], self.labels[target])
 
     def _resize(self, k: int, target: int, drain_s: float | None):
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
@@ -324,28 +320,14 @@ class PipelineCore:
         self.num_resizes += 1
         start_s = self.clock.now
         plan = self._plan_to(target)
-        head = (self.labels[self.current], self.labels[target])
-        rows = self.resize_rows
-        strategy = plan.strategy.value
-        offset_s = start_s
-        if drain_s is not None:
-            drain = PhaseName.ROLLOUT_DRAIN.value
-            rows.append((resize_id, k, drain, strategy, *head, start_s, start_s + drain_s, True, 0))
-            offset_s += drain_s
-        for name, lo_s, hi_s, critical, nbytes in self._phase_rows(target):
-            rows.append(
-                (
-                    resize_id,
-                    k,
-                    name,
-                    strategy,
-                    *head,
-                    offset_s + lo_s,
-                    offset_s + hi_s,
-                    critical,
-                    nbytes,
-                )
-            )
+        self.resize_log.add(
+            k,
+            (self.current, target),
+            lambda: self._plan_rows(target),
+            start_s=start_s,
+            drain_s=drain_s,
+        )
+        offset_s = start_s if drain_s is None else start_s + drain_s
         stall_s = (offset_s - start_s) + plan.critical_s
         yield self.clock.timeout(stall_s)
         self.records.stall_s += stall_s
