@@ -96,6 +96,10 @@ def _as_float(value: object) -> float:
         return math.inf if value > 0 else -math.inf  # type: ignore[operator]
 
 
+_NONE = np.full(1, None, dtype=object)
+"""None as an array, to compare a column of objects with in one pass."""
+
+
 def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series | None:
     """Flag bad values of one column; return it converted to the spec's dtype (bad rows masked)."""
     values = col.to_numpy(dtype=object) if col.dtype == object else None
@@ -113,6 +117,8 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
         vals = col.to_numpy(dtype=object)
         # a pandas text column holds text or nulls only: no value to look at one by one
         typed = isinstance(col.dtype, pd.StringDtype)
+        if not typed and null.all() and np.equal(vals, _NONE).all():
+            typed = True  # an optional column nobody filled: nulls only, by the same test
         is_str = ~null if typed else np.array([isinstance(v, str) for v in vals], dtype=bool)
         if spec.nullable:
             nulls = null if typed else np.array([_is_null(v) for v in vals], dtype=bool)
