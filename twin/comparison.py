@@ -24,7 +24,7 @@ from dynaresize.config_io import ConfigError
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
-from dynaresize.traces.io import Trace, write_trace
+from dynaresize.traces.io import TableFile, Trace, write_trace
 from dynaresize.traces.jsonl_io import dumps_finite
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
@@ -196,12 +196,17 @@ def _write_run(
     The samples table is the run's own where it went sample by sample (finish times and
     resumes); else the workload's, so that the folder can be replayed or calibrated from with
     the lengths simulated: a copy of `samples_file`, where that table is already written once
-    for every run (None: the caller writes it), rather than the table validated and converted
-    again.
+    for every run (None: written here, from the workload's blocks), rather than the table
+    validated and converted again.
     """
     samples = result.samples
-    if samples is None:  # no rows here: the workload's are copied in or written after
+    table_files: dict[str, TableFile] = {}
+    if samples is None:  # the workload's rows, written once, straight from its blocks
         samples = workload_samples(Workload.from_steps([], []))
+        context = result.context
+        table_files["samples"] = samples_file or (
+            lambda path: write_workload_samples(path, context.workload_blocks())
+        )
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -221,9 +226,8 @@ def _write_run(
             decisions=result.decisions,
             samples=samples,
         ),
+        table_files=table_files,
     )
-    if result.samples is None and samples_file is not None:
-        shutil.copyfile(samples_file, folder / "samples.parquet")
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
         folder / "trace.json",
@@ -337,8 +341,8 @@ def write_comparison(
         shared = staging / "samples.parquet"
         if comparison.runs[first].samples is not None:
             shared = staging / ".workload-samples.parquet"
-        if any(run.samples is None for run in comparison.runs.values()):
-            write_workload_samples(shared, comparison.context.workload_blocks())
+            if any(run.samples is None for run in comparison.runs.values()):
+                write_workload_samples(shared, comparison.context.workload_blocks())
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is
