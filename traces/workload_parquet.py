@@ -27,17 +27,16 @@ __all__ = ["write_workload_samples"]
 _KNOWN = ("schema_version", "step", "sample_index", "prompt_tokens", "response_tokens")
 
 
-def _columns(block: Workload, first_row: int, first_step: int) -> dict[str, np.ndarray]:
-    """The known columns of every row of a block whose first sample is row `first_row` of the
-    table and whose first step is `first_step`."""
+def _columns(block: Workload, lo: int, hi: int, first_step: int) -> dict[str, np.ndarray]:
+    """The known columns of samples [lo, hi) of a block whose first step is `first_step`."""
     offsets = block.step_offsets
-    rows = np.arange(len(block.prompt_tokens), dtype=np.int64)
+    rows = np.arange(lo, hi, dtype=np.int64)
     step = np.searchsorted(offsets, rows, side="right") - 1
     return {
         "step": step + first_step,
         "sample_index": rows - offsets[step],
-        "prompt_tokens": block.prompt_tokens,
-        "response_tokens": block.response_tokens,
+        "prompt_tokens": block.prompt_tokens[lo:hi],
+        "response_tokens": block.response_tokens[lo:hi],
     }
 
 
@@ -59,20 +58,24 @@ def _row_groups(
     (the last one shorter) whatever the blocks' sizes: one block and one group in memory."""
     pending: list[dict[str, np.ndarray]] = []
     pending_rows = 0
-    first_row = 0
     for first_step, block in blocks:
-        columns = _columns(block, first_row, first_step)
-        first_row += len(block.prompt_tokens)
-        pending.append(columns)
-        pending_rows += len(columns["step"])
-        while pending_rows >= rows_per_group:
-            joined = {k: np.concatenate([p[k] for p in pending]) for k in _KNOWN[1:]}
-            yield {k: v[:rows_per_group] for k, v in joined.items()}
-            rest = {k: v[rows_per_group:] for k, v in joined.items()}
-            pending_rows -= rows_per_group
-            pending = [rest] if pending_rows else []
+        size, lo = len(block.prompt_tokens), 0
+        while lo < size:
+            hi = min(size, lo + rows_per_group - pending_rows)
+            pending.append(_columns(block, lo, hi, first_step))
+            pending_rows += hi - lo
+            lo = hi
+            if pending_rows == rows_per_group:
+                yield _joined(pending)
+                pending, pending_rows = [], 0
     if pending_rows:
-        yield {k: np.concatenate([p[k] for p in pending]) for k in _KNOWN[1:]}
+        yield _joined(pending)
+
+
+def _joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def write_workload_samples(
@@ -92,7 +95,7 @@ def write_workload_samples(
     groups = _row_groups(blocks, ROWS_PER_CHUNK)
     first = next(groups, None)
     if first is None:
-        pq.write_table(_table(_columns(_EMPTY, 0, 0), schema), path)
+        pq.write_table(_table(_columns(_EMPTY, 0, 0, 0), schema), path)
         return path
     second = next(groups, None)
     if second is None:

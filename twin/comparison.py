@@ -26,6 +26,7 @@ from dynaresize.policies.registry import build_policy
 from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS, write_chrome_trace
 from dynaresize.traces.io import TableFile, Trace, write_trace
 from dynaresize.traces.jsonl_io import dumps_finite
+from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.timeline_svg import write_timeline_svg
@@ -205,7 +206,7 @@ def _write_run(
         samples = workload_samples(Workload.from_steps([], []))
         context = result.context
         table_files["samples"] = samples_file or (
-            lambda path: write_workload_samples(path, context.workload_blocks())
+            lambda path: write_workload_samples(path, context.workload_blocks(ROWS_PER_CHUNK))
         )
     config = result.context.config
     meta = RunMeta(
@@ -342,7 +343,7 @@ def write_comparison(
         if comparison.runs[first].samples is not None:
             shared = staging / ".workload-samples.parquet"
             if any(run.samples is None for run in comparison.runs.values()):
-                write_workload_samples(shared, comparison.context.workload_blocks())
+                write_workload_samples(shared, comparison.context.workload_blocks(ROWS_PER_CHUNK))
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is

@@ -88,8 +88,9 @@ class SimContext:
             return self.held_workload
         return generate_workload(self.config.workload, self.config.simulation.num_steps, self.seed)
 
-    def workload_blocks(self) -> Iterator[tuple[int, Workload]]:
-        """The workload a block of whole steps at a time: (first step, block)."""
+    def workload_blocks(self, block_samples: int | None = None) -> Iterator[tuple[int, Workload]]:
+        """The workload a block of whole steps at a time: (first step, block); blocks of about
+        `block_samples` samples (default `CONTEXT_BLOCK_SAMPLES`) where it is not held."""
         if self.held_workload is not None:
             yield 0, self.held_workload
             return
@@ -97,7 +98,7 @@ class SimContext:
             self.config.workload,
             self.config.simulation.num_steps,
             self.seed,
-            block_samples=CONTEXT_BLOCK_SAMPLES,
+            block_samples=block_samples or CONTEXT_BLOCK_SAMPLES,
         )
 
     @property
