@@ -17,9 +17,10 @@ import pandas as pd
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Policy
-from dynaresize.traces.synthetic import BLOCK_SAMPLES, generate_workload, workload_blocks
+from dynaresize.traces.synthetic import generate_workload, workload_blocks
 from dynaresize.traces.workload import Workload
 
+from . import block_costs
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
 from .context_cache import cache_get, cache_put, context_key
@@ -37,10 +38,7 @@ from .sim_records import (
 )
 from .step_costs import (
     StepCosts,
-    stage_time_components,
-    static_step_times,
     steady_step_s_without_warmup,
-    tokens_per_step,
 )
 from .summary import SimSummary, summarize_run
 
@@ -48,10 +46,6 @@ if TYPE_CHECKING:
     from .sample_pipeline import SampleInputs
 
 __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
-
-CONTEXT_BLOCK_SAMPLES = BLOCK_SAMPLES
-"""Samples of a generated workload the context builds costs from at a time; a step-level run
-with more than this holds one block at a time, never the whole workload."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +84,7 @@ class SimContext:
 
     def workload_blocks(self, block_samples: int | None = None) -> Iterator[tuple[int, Workload]]:
         """The workload a block of whole steps at a time: (first step, block); blocks of about
-        `block_samples` samples (default `CONTEXT_BLOCK_SAMPLES`) where it is not held."""
+        `block_samples` samples (default: the context's) where it is not held."""
         if self.held_workload is not None:
             yield 0, self.held_workload
             return
@@ -98,7 +92,7 @@ class SimContext:
             self.config.workload,
             self.config.simulation.num_steps,
             self.seed,
-            block_samples=block_samples or CONTEXT_BLOCK_SAMPLES,
+            block_samples=block_samples or block_costs.CONTEXT_BLOCK_SAMPLES,
         )
 
     @property
@@ -127,53 +121,6 @@ class SimResult:
     samples: pd.DataFrame | None = None
     """Where the pipeline ran sample by sample (lending, partial rollout): one row per sample,
     the fields of SampleRecord with `finish_s` and `num_resumes`; None elsewhere."""
-
-
-def _sorted_rows(per_step: np.ndarray) -> np.ndarray:
-    """Each row sorted; in int32 when the lengths fit (sorting half the bytes is twice as fast)."""
-    if per_step.size and per_step.max() < np.iinfo(np.int32).max:
-        return np.sort(per_step.astype(np.int32), axis=1)
-    return np.sort(per_step, axis=1)
-
-
-def _percentile_of_sorted(rows: np.ndarray, q: float) -> np.ndarray:
-    """numpy's default (linear) percentile of each sorted row, by the same interpolation."""
-    position = q / 100.0 * (rows.shape[1] - 1)
-    lo = int(np.floor(position))
-    hi = min(lo + 1, rows.shape[1] - 1)
-    t = position - lo
-    a, b = rows[:, lo].astype(np.float64), rows[:, hi].astype(np.float64)
-    return b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
-
-
-def _step_stats(workload: Workload, tokens: np.ndarray) -> pd.DataFrame:
-    """Samples, tokens and response-length statistics of every step."""
-    sizes = np.diff(workload.step_offsets)
-    n = workload.num_steps
-    if n and np.all(sizes == sizes[0]) and sizes[0] > 0:
-        per_step = workload.response_tokens.reshape(n, int(sizes[0]))
-        ordered = _sorted_rows(per_step)
-        mean = per_step.sum(axis=1) / per_step.shape[1]
-        p50, p99 = _percentile_of_sorted(ordered, 50), _percentile_of_sorted(ordered, 99)
-        longest = ordered[:, -1].astype(np.float64)
-    else:
-        response = workload.response_tokens.astype(np.float64)
-        mean, p50, p99, longest = (np.zeros(n) for _ in range(4))
-        for k in range(n):
-            r = response[workload.step_offsets[k] : workload.step_offsets[k + 1]]
-            if len(r):
-                mean[k], longest[k] = r.mean(), r.max()
-                p50[k], p99[k] = np.percentile(r, [50, 99])
-    return pd.DataFrame(
-        {
-            "num_samples": sizes.astype(np.int64),
-            "tokens": tokens.astype(np.int64),
-            "response_len_mean": mean,
-            "response_len_p50": p50,
-            "response_len_p99": p99,
-            "response_len_max": longest,
-        }
-    )
 
 
 def _window_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -238,77 +185,6 @@ def build_context(
     return context
 
 
-def holds_samples(config: ScenarioConfig) -> bool:
-    """Whether a run of `config` reads every sample's lengths while it runs (lending and
-    partial rollout go sample by sample); the others read only step-level costs."""
-    return bool(config.pipeline.lending or config.pipeline.partial_rollout)
-
-
-@dataclass(frozen=True)
-class _BlockCosts:
-    """What the context keeps of one block of steps once its samples are let go."""
-
-    tokens: np.ndarray
-    rollout_s: np.ndarray
-    train_s: np.ndarray
-    sync_s: np.ndarray
-    stats: pd.DataFrame
-
-
-def _block_costs(
-    config: ScenarioConfig, costs: CostModels, block: Workload, *, starts_run: bool
-) -> _BlockCosts:
-    tokens = tokens_per_step(block)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        rollout, train, sync = stage_time_components(
-            block,
-            candidates=tuple(config.cluster.candidate_allocations),
-            cluster=config.cluster,
-            model=config.model,
-            costs=costs,
-            tokens=tokens,
-            starts_run=starts_run,
-        )
-    return _BlockCosts(tokens, rollout, train, sync, _step_stats(block, tokens))
-
-
-def _step_costs_by_block(
-    config: ScenarioConfig, costs: CostModels, held: Workload | None, seed: int
-) -> tuple[StepCosts, np.ndarray, pd.DataFrame]:
-    """Step costs, tokens and statistics of every step: of the held workload at once, or of the
-    generated one a block of steps at a time, each block's samples let go once its steps are
-    costed (every quantity here is per step, so the blocks' rows are the whole run's rows)."""
-    if held is not None:
-        parts = [_block_costs(config, costs, held, starts_run=True)]
-    else:
-        blocks = workload_blocks(
-            config.workload,
-            config.simulation.num_steps,
-            seed,
-            block_samples=CONTEXT_BLOCK_SAMPLES,
-        )
-        parts = [
-            _block_costs(config, costs, block, starts_run=first == 0) for first, block in blocks
-        ]
-    rollout = np.concatenate([p.rollout_s for p in parts]) if len(parts) > 1 else parts[0].rollout_s
-    train = np.concatenate([p.train_s for p in parts]) if len(parts) > 1 else parts[0].train_s
-    tokens = np.concatenate([p.tokens for p in parts]) if len(parts) > 1 else parts[0].tokens
-    stats = (
-        pd.concat([p.stats for p in parts], ignore_index=True) if len(parts) > 1 else parts[0].stats
-    )
-    sync = parts[0].sync_s
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        step_s = static_step_times(rollout, train, sync, config.pipeline)
-    step_costs = StepCosts(
-        candidates=tuple(config.cluster.candidate_allocations),
-        rollout_s=rollout,
-        train_s=train,
-        sync_s=sync,
-        step_s=step_s,
-    )
-    return step_costs, tokens, stats
-
-
 def _build_context(
     config: ScenarioConfig,
     *,
@@ -319,10 +195,10 @@ def _build_context(
     costs = costs or config.costs
     if workload is None:
         num_samples = config.simulation.num_steps * config.workload.samples_per_step
-        if holds_samples(config) or num_samples <= CONTEXT_BLOCK_SAMPLES:
+        if block_costs.holds_samples(config) or num_samples <= block_costs.CONTEXT_BLOCK_SAMPLES:
             workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
-    step_costs, tokens, stats = _step_costs_by_block(config, costs, workload, seed)
+    step_costs, tokens, stats = block_costs.step_costs_by_block(config, costs, workload, seed)
     _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,

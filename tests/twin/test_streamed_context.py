@@ -15,7 +15,7 @@ from twin_scenarios import scenario
 from dynaresize.policies import parse_policy_config
 from dynaresize.traces import workload_parquet
 from dynaresize.traces.workload import Workload
-from dynaresize.twin import simulation
+from dynaresize.twin import block_costs
 from dynaresize.twin.comparison import run_comparison, write_comparison
 from dynaresize.twin.config import MAX_SIMULATED_SAMPLES, MAX_STREAMED_SAMPLES, ScenarioConfig
 from dynaresize.twin.context_cache import clear_context_cache
@@ -35,7 +35,7 @@ def _contexts(monkeypatch, block_samples: int, **overrides):
     config = _config(**overrides)
     clear_context_cache()
     whole = build_context(config)
-    monkeypatch.setattr(simulation, "CONTEXT_BLOCK_SAMPLES", block_samples)
+    monkeypatch.setattr(block_costs, "CONTEXT_BLOCK_SAMPLES", block_samples)
     clear_context_cache()
     streamed = build_context(config)
     clear_context_cache()
@@ -76,8 +76,8 @@ def test_the_run_folder_of_a_streamed_context_is_the_same_file_for_file(monkeypa
     # several row groups, cut across the blocks' edges
     monkeypatch.setattr(workload_parquet, "ROWS_PER_CHUNK", 5 * PER_STEP + 1)
     folders = []
-    for block_samples in (simulation.CONTEXT_BLOCK_SAMPLES, 11 * PER_STEP):
-        monkeypatch.setattr(simulation, "CONTEXT_BLOCK_SAMPLES", block_samples)
+    for block_samples in (block_costs.CONTEXT_BLOCK_SAMPLES, 11 * PER_STEP):
+        monkeypatch.setattr(block_costs, "CONTEXT_BLOCK_SAMPLES", block_samples)
         clear_context_cache()
         out = tmp_path / f"blocks-{block_samples}"
         comparison = run_comparison(config, policies)
@@ -96,7 +96,7 @@ def test_no_more_than_one_block_of_samples_is_alive_at_once(monkeypatch):
     references to every block handed to the costing, at every call."""
     blocks: list[weakref.ref[Workload]] = []
     most_alive = 0
-    costed = simulation._block_costs
+    costed = block_costs.block_costs
 
     def counting(config, costs, block, *, starts_run):
         nonlocal most_alive
@@ -104,8 +104,8 @@ def test_no_more_than_one_block_of_samples_is_alive_at_once(monkeypatch):
         most_alive = max(most_alive, sum(ref() is not None for ref in blocks))
         return costed(config, costs, block, starts_run=starts_run)
 
-    monkeypatch.setattr(simulation, "_block_costs", counting)
-    monkeypatch.setattr(simulation, "CONTEXT_BLOCK_SAMPLES", 10 * PER_STEP)
+    monkeypatch.setattr(block_costs, "block_costs", counting)
+    monkeypatch.setattr(block_costs, "CONTEXT_BLOCK_SAMPLES", 10 * PER_STEP)
     clear_context_cache()
     streamed = build_context(_config())
     clear_context_cache()
@@ -116,7 +116,7 @@ def test_no_more_than_one_block_of_samples_is_alive_at_once(monkeypatch):
 
 
 def test_a_sample_level_run_is_held_whole_and_keeps_the_held_limit(monkeypatch):
-    monkeypatch.setattr(simulation, "CONTEXT_BLOCK_SAMPLES", PER_STEP)
+    monkeypatch.setattr(block_costs, "CONTEXT_BLOCK_SAMPLES", PER_STEP)
     clear_context_cache()
     context = build_context(_config(pipeline={"mode": "async", "partial_rollout": True}))
     clear_context_cache()
