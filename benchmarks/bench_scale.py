@@ -56,7 +56,10 @@ def memory_bytes(field: str = "MemAvailable") -> int | None:
 
 
 def refusal(steps: int) -> str | None:
-    """The twin's own error for a run of `steps` steps of the config, or None if it takes it."""
+    """The twin's own error for a run of `steps` steps of the config, or None if it takes it:
+    asked of this tree's twin, the one the measured commands run."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from dynaresize.config import load_run_config
     from dynaresize.config_io import ConfigError
 

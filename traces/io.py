@@ -22,30 +22,39 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from .errors import TraceError
 from .jsonl_io import json_line, read_jsonl, write_jsonl_body
-from .parquet_io import read_parquet_dir, read_parquet_steps_file, write_parquet_dir
+from .parquet_io import TableFile, read_parquet_dir, read_parquet_steps_file, write_parquet_dir
 from .schema import RunMeta, StepRecord
 from .staged_dir import staged_dir, write_file_atomically
 from .trace import TABLES, TAG_OF_MODEL, Trace
 
-__all__ = ["TABLES", "JsonlTraceWriter", "Trace", "read_trace", "write_trace"]
+__all__ = ["TABLES", "JsonlTraceWriter", "TableFile", "Trace", "read_trace", "write_trace"]
 
 
 # --- writing ------------------------------------------------------------------------------
 
 
-def write_trace(path: str | os.PathLike, trace: Trace) -> Path:
+def write_trace(
+    path: str | os.PathLike, trace: Trace, *, table_files: Mapping[str, TableFile] | None = None
+) -> Path:
     """Validate and write a trace: JSONL if `path` ends in .jsonl, else a Parquet directory.
 
     The old content at `path`, if any, is replaced only once the new one is complete.
+    `table_files` gives tables of a Parquet directory not built from the trace's frame: a file
+    to copy (a table written once for several folders), or a function writing it at the path
+    it is given (a table written straight from its source).
     """
     path = Path(path)
     checked = trace.validated(source=str(path))
+    table_files = table_files or {}
+    if table_files and (path.suffix == ".jsonl" or not set(table_files) <= set(TABLES)):
+        raise ValueError(f"table_files {sorted(table_files)}: only tables of a Parquet directory")
     if path.suffix == ".jsonl":
         write_file_atomically(path, lambda f: write_jsonl_body(f, checked))
     elif path.suffix == ".parquet":
@@ -55,7 +64,7 @@ def write_trace(path: str | os.PathLike, trace: Trace) -> Path:
             source=str(path),
         )
     else:
-        _atomic_dir(path, lambda d: write_parquet_dir(d, checked))
+        _atomic_dir(path, lambda d: write_parquet_dir(d, checked, table_files=table_files))
     return path
 
 

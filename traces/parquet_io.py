@@ -7,6 +7,8 @@ corrupt or truncated file is reported as such, naming it.
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,8 @@ from .validation import (
 )
 
 
-def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    """The Arrow schema a record table of `model` is written with (every column nullable)."""
     types = {
         ColumnKind.INT: pa.int64(),
         ColumnKind.FLOAT: pa.float64(),
@@ -39,6 +42,9 @@ def _arrow_schema(model: type[BaseModel]) -> pa.Schema:
     }
     return pa.schema([pa.field(s.name, types[s.kind], nullable=True) for s in column_specs(model)])
 
+
+TableFile = Path | Callable[[Path], object]
+"""A table given as a file to copy, or as a function that writes it at the path given."""
 
 ROWS_PER_CHUNK = 1 << 20
 """Rows converted and written at a time (pyarrow's default row group): a table of any length
@@ -74,11 +80,22 @@ def _chunk_table(df: pd.DataFrame, lo: int, model: type[BaseModel], schema: pa.S
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def write_parquet_dir(directory: Path, trace: Trace) -> None:
+def write_parquet_dir(
+    directory: Path, trace: Trace, *, table_files: Mapping[str, TableFile] | None = None
+) -> None:
+    """meta.json and a Parquet file per table; a table in `table_files` is copied from the file
+    given, or written by the function given, instead."""
     (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
     for table, model in TABLES.items():
+        if table_files and table in table_files:
+            source = table_files[table]
+            if isinstance(source, Path):
+                shutil.copyfile(source, directory / f"{table}.parquet")
+            else:
+                source(directory / f"{table}.parquet")
+            continue
         df = trace.table(table)
-        schema = _arrow_schema(model)
+        schema = arrow_schema(model)
         path = directory / f"{table}.parquet"
         if len(df) <= ROWS_PER_CHUNK:
             pq.write_table(_chunk_table(df, 0, model, schema), path)

@@ -96,6 +96,10 @@ def _as_float(value: object) -> float:
         return math.inf if value > 0 else -math.inf  # type: ignore[operator]
 
 
+_NONE = np.full(1, None, dtype=object)
+"""None as an array, to compare a column of objects with in one pass."""
+
+
 def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series | None:
     """Flag bad values of one column; return it converted to the spec's dtype (bad rows masked)."""
     values = col.to_numpy(dtype=object) if col.dtype == object else None
@@ -111,9 +115,13 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
         return pd.Series(np.where(bad, False, vals).astype(bool), index=col.index)
     if spec.kind is ColumnKind.STR:
         vals = col.to_numpy(dtype=object)
-        is_str = np.array([isinstance(v, str) for v in vals], dtype=bool)
+        # a pandas text column holds text or nulls only: no value to look at one by one
+        typed = isinstance(col.dtype, pd.StringDtype)
+        if not typed and null.all() and np.equal(vals, _NONE).all():
+            typed = True  # an optional column nobody filled: nulls only, by the same test
+        is_str = ~null if typed else np.array([isinstance(v, str) for v in vals], dtype=bool)
         if spec.nullable:
-            nulls = np.array([_is_null(v) for v in vals], dtype=bool)
+            nulls = null if typed else np.array([_is_null(v) for v in vals], dtype=bool)
             problems.add(~is_str & ~nulls, spec.name, lambda i: _bad_text(vals[i]))
             out = vals.copy()
             out[~is_str] = None
@@ -122,7 +130,12 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
             out = vals
         if spec.choices is not None:
             choices = spec.choices
-            outside = np.array([isinstance(v, str) and v not in choices for v in vals], dtype=bool)
+            if typed:
+                outside = is_str & ~col.isin(list(choices)).to_numpy(dtype=bool)
+            else:
+                outside = np.array(
+                    [isinstance(v, str) and v not in choices for v in vals], dtype=bool
+                )
             problems.add(
                 outside,
                 spec.name,

@@ -193,18 +193,25 @@ def _write_run(
     The samples table is the run's own where it went sample by sample (finish times and
     resumes); else the workload's, so that the folder can be replayed or calibrated from with
     the lengths simulated: a copy of `samples_file`, where that table is already written once
-    for every run (None: the caller writes it), rather than the table validated and converted
-    again.
+    for every run (None: written here, from the workload's blocks), rather than the table
+    validated and converted again.
     """
     # The writers load pandas and pyarrow: imported once there is something to write, so that
     # the command's path to the simulation loads neither.
-    from dynaresize.traces.io import Trace, write_trace
+    from dynaresize.traces.io import TableFile, Trace, write_trace
+    from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
     from dynaresize.traces.timeline_svg import write_timeline_svg
     from dynaresize.traces.workload_inference import workload_samples
+    from dynaresize.traces.workload_parquet import write_workload_samples
 
     samples = result.samples
-    if samples is None:  # no rows here: the workload's are copied in or written after
-        samples = workload_samples(result.context.workload.slice_steps(0, 0))
+    table_files: dict[str, TableFile] = {}
+    if samples is None:  # the workload's rows, written once, straight from its blocks
+        samples = workload_samples(Workload.from_steps([], []))
+        context = result.context
+        table_files["samples"] = samples_file or (
+            lambda path: write_workload_samples(path, context.workload_blocks(ROWS_PER_CHUNK))
+        )
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -224,9 +231,8 @@ def _write_run(
             decisions=result.decisions,
             samples=samples,
         ),
+        table_files=table_files,
     )
-    if result.samples is None and samples_file is not None:
-        shutil.copyfile(samples_file, folder / "samples.parquet")
     (folder / "summary.json").write_text(result.summary.model_dump_json(indent=2) + "\n")
     write_chrome_trace(
         folder / "trace.json",
@@ -321,6 +327,7 @@ def write_comparison(
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
     """
     from dynaresize.traces.jsonl_io import dumps_finite
+    from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
     from dynaresize.traces.workload_parquet import write_workload_samples
 
     out = Path(out_dir)
@@ -343,8 +350,8 @@ def write_comparison(
         shared = staging / "samples.parquet"
         if comparison.runs[first].samples is not None:
             shared = staging / ".workload-samples.parquet"
-        if any(run.samples is None for run in comparison.runs.values()):
-            write_workload_samples(shared, comparison.context.workload)
+            if any(run.samples is None for run in comparison.runs.values()):
+                write_workload_samples(shared, comparison.context.workload_blocks(ROWS_PER_CHUNK))
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
             # copied there, not validated and written twice. One picture per run folder is

@@ -40,6 +40,7 @@ from .costs.memory import ModelConfig, check_candidate
 __all__ = [
     "MAX_SIMULATED_SAMPLES",
     "MAX_SIMULATED_STEPS",
+    "MAX_STREAMED_SAMPLES",
     "MAX_TOKENS_PER_SAMPLE",
     "ClusterConfig",
     "InFlightHandling",
@@ -55,8 +56,15 @@ MAX_SIMULATED_STEPS = 1_000_000
 """Most steps one twin run simulates (every step is a few SimPy events per policy)."""
 
 MAX_SIMULATED_SAMPLES = 50_000_000
-"""Most samples (steps x samples per step) one run holds: their lengths and the arrays that
-generate them take about 40 bytes each, so about 2 GB."""
+"""Most samples one run holds at once: their lengths and the arrays that generate them take
+about 40 bytes each, so about 2 GB. A run that goes sample by sample (lending, partial
+rollout) holds every sample of the run; the others hold one block of steps at a time (the
+workload is drawn and costed a block at a time), so for them this bounds one step."""
+
+MAX_STREAMED_SAMPLES = 1_000_000_000
+"""Most samples (steps x samples per step) of a run that holds one block of steps at a time:
+its memory does not grow with them, but its time and its samples table (about 3.5 bytes a
+sample on disk, once per policy) do."""
 
 MAX_TOKENS_PER_SAMPLE = 10_000_000
 """Longest prompt or response a synthetic workload may draw (tokens); keeps token sums of a
@@ -290,6 +298,31 @@ class ScenarioConfig(_Strict):
     def _resolve_workload(cls, value: Any) -> Any:
         return resolve_workload_spec(value)
 
+    def _too_many_samples(self) -> str | None:
+        """Why the run's samples do not fit, or None: a run going sample by sample holds them
+        all; the others one block of steps at a time, and write them all."""
+        steps, per_step = self.simulation.num_steps, self.workload.samples_per_step
+        samples = steps * per_step
+        product = (
+            f"simulation.num_steps x workload.samples_per_step = {describe_number(steps)} x "
+            f"{describe_number(per_step)} = {describe_number(samples)} samples"
+        )
+        if self.pipeline.lending or self.pipeline.partial_rollout:
+            if samples > MAX_SIMULATED_SAMPLES:
+                return (
+                    f"{product}; a run that goes sample by sample (pipeline.lending or "
+                    f"pipeline.partial_rollout) holds at most {MAX_SIMULATED_SAMPLES:,} "
+                    "(about 2 GB)"
+                )
+            return None
+        if per_step > MAX_SIMULATED_SAMPLES or samples > MAX_STREAMED_SAMPLES:
+            return (
+                f"{product}; one run holds at most {MAX_SIMULATED_SAMPLES:,} in one step "
+                f"(about 2 GB) and at most {MAX_STREAMED_SAMPLES:,} in all (its samples table "
+                "grows with them)"
+            )
+        return None
+
     @model_validator(mode="after")
     def _sizes_fit(self) -> ScenarioConfig:
         """Refuse, before anything is allocated, a run too large to hold or numbers too large
@@ -304,14 +337,9 @@ class ScenarioConfig(_Strict):
                 f"simulation.num_steps is {describe_number(steps)}; the twin simulates at most "
                 f"{MAX_SIMULATED_STEPS:,} steps in one run"
             )
-        samples = steps * self.workload.samples_per_step
-        if samples > MAX_SIMULATED_SAMPLES:
-            raise ValueError(
-                f"simulation.num_steps x workload.samples_per_step = {describe_number(steps)} x "
-                f"{describe_number(self.workload.samples_per_step)} = "
-                f"{describe_number(samples)} samples; one run "
-                f"holds at most {MAX_SIMULATED_SAMPLES:,} (about 2 GB)"
-            )
+        problem = self._too_many_samples()
+        if problem is not None:
+            raise ValueError(problem)
         for name in _WORKLOAD_TOKEN_FIELDS:
             value = getattr(self.workload, name)
             if value > MAX_TOKENS_PER_SAMPLE:

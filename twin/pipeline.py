@@ -24,7 +24,7 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from dynaresize.traces.phases import PipelineMode
 
@@ -60,10 +60,6 @@ class StepClock:
         for delay in process:
             self.now += delay
 
-    def as_environment(self) -> simpy.Environment:
-        """Typed as the environment it stands in for, where only `now` and `timeout` are read."""
-        return cast("simpy.Environment", self)
-
 
 class _Pipeline(PipelineCore):
     """The SimPy processes of the three modes, over the state and records of `PipelineCore`."""
@@ -82,8 +78,8 @@ class _Pipeline(PipelineCore):
                 target = self._decide(k)
                 if target is not None:
                     yield from self._resize(k, target, None)
-            self.step_start_s = self.env.now
-        self.records.end_s = self.env.now
+            self.step_start_s = self.clock.now
+        self.records.end_s = self.clock.now
 
     def _first_batch(self):
         """One-step-off: batch 0 is generated before step 0."""
@@ -102,7 +98,7 @@ class _Pipeline(PipelineCore):
 
     def _overlapped_stage(self, k: int, train_s: float):
         """Train on batch k while batch k+1 is generated (weights version k), then sync."""
-        start_s = self.env.now
+        start_s = self.clock.now
         next_rollout_s = 0.0
         if k + 1 < self.num_steps:
             next_rollout_s = self.rollout_s[k + 1][self.current]
@@ -112,9 +108,9 @@ class _Pipeline(PipelineCore):
         sync_s = self.sync_s[self.current]
         # The overlapped stage and the sync after it follow each other with nothing else in
         # between: one SimPy event for both.
-        yield self.env.timeout(max(train_s, next_rollout_s) + sync_s)
+        yield self.clock.timeout(max(train_s, next_rollout_s) + sync_s)
         self.records.train_intervals.append((start_s, start_s + train_s))
-        self.records.train_intervals.append((self.env.now - sync_s, self.env.now))
+        self.records.train_intervals.append((self.clock.now - sync_s, self.clock.now))
 
     # -- async mode -------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -24,19 +24,30 @@ from dynaresize.policies.types import (
     StepObservation,
     recent_window,
 )
-from dynaresize.traces.phases import PhaseName, Role
+from dynaresize.traces.phases import Role
 
 from ._lazy import LazyModule
 from .costs.resize import ResizePlan
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
+from .resize_log import PhaseRow, ResizeLog
+
+__all__ = ["Clock", "PipelineCore"]
+
+
+class Clock(Protocol):
+    """What the stages shared by every mode read of a simulated clock: the time, and a wait
+    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
+
 
 if TYPE_CHECKING:
     import simpy
 else:
     simpy = LazyModule("simpy")
-
-
-__all__ = ["PipelineCore"]
 
 RESIZE_FIELDS = (
     "resize_id",
@@ -64,11 +75,15 @@ class _PendingResize:
 class PipelineCore:
     """What every pipeline mode shares; the modes' processes live in a subclass."""
 
-    def __init__(self, run: PipelineRun, env: simpy.Environment | None = None) -> None:
+    def __init__(self, run: PipelineRun, clock: Clock | None = None) -> None:
         costs, cost_source = run.costs, run.cost_source
-        self.env = simpy.Environment() if env is None else env
-        """SimPy's event queue, or what stands in for it where one process runs alone
-        (`StepClock`, which a lockstep run's path takes without importing SimPy)."""
+        if clock is None:
+            self.env = simpy.Environment()
+            """SimPy's event queue, for the modes whose processes interleave."""
+            clock = self.env
+        self.clock: Clock = clock
+        """What the shared stages wait on: SimPy's environment, or a `StepClock` standing in
+        for it where one process runs alone (a lockstep run then never imports SimPy)."""
         self.costs = costs
         self.policy = run.policy
         self.policy_name = run.policy_name
@@ -123,10 +138,8 @@ class PipelineCore:
         self.stage_times_fields = set(StageTimes.model_fields)
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
-        self.resize_rows: list[tuple] = []
-        """One tuple per resize phase, in RESIZE_FIELDS order; columns at `finish`."""
-        self.phase_rows: dict[tuple[int, int], list[tuple]] = {}
-        """Per (from, to) pair, the plan's phases as (phase, start_s, end_s, critical, bytes)."""
+        self.resize_log = ResizeLog()
+        """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------
 
@@ -141,8 +154,8 @@ class PipelineCore:
     def _rollout(self, batch: int, version: int):
         """Generate one batch on the current split (a SimPy sub-process body)."""
         duration_s = self.rollout_s[batch][self.current]
-        start_s = self.env.now
-        yield self.env.timeout(duration_s)
+        start_s = self.clock.now
+        yield self.clock.timeout(duration_s)
         self.records.rollout_intervals.append((start_s, start_s + duration_s))
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
@@ -154,14 +167,14 @@ class PipelineCore:
         event; in async mode the sync's start stays an event of its own, so that events of the
         rollout process at the same instant keep their order.
         """
-        start_s = self.env.now
+        start_s = self.clock.now
         sync_s = self.sync_s[self.current]
         if one_event:
-            yield self.env.timeout(train_s + sync_s)
+            yield self.clock.timeout(train_s + sync_s)
         else:
-            yield self.env.timeout(train_s)
-            yield self.env.timeout(sync_s)
-        self.records.train_intervals.append((start_s, self.env.now))
+            yield self.clock.timeout(train_s)
+            yield self.clock.timeout(sync_s)
+        self.records.train_intervals.append((start_s, self.clock.now))
 
     def _record_step(
         self,
@@ -173,7 +186,7 @@ class PipelineCore:
         waited_fraction: float | None = None,
         lent: bool = False,
     ) -> None:
-        now = self.env.now
+        now = self.clock.now
         self.step_start[k] = self.step_start_s
         self.step_end[k] = now
         self.step_train_s[k] = train_s
@@ -224,7 +237,7 @@ class PipelineCore:
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
         self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
-        self.records.resizes = _columns(RESIZE_FIELDS, self.resize_rows)
+        self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
     def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
@@ -249,7 +262,7 @@ class PipelineCore:
         return trusted(
             StepObservation,
             step=k,
-            now_s=self.env.now,
+            now_s=self.clock.now,
             allocation=self.costs.candidates[self.current],
             recent=tuple(self.recent),
             candidates=candidates,
@@ -277,7 +290,7 @@ class PipelineCore:
         self.records.decision_rows.append(
             (
                 k,
-                self.env.now,
+                self.clock.now,
                 self.policy_name,
                 "hold" if target is None else "resize",
                 self.labels[self.current],
@@ -302,46 +315,29 @@ class PipelineCore:
         candidates = self.costs.candidates
         return self.plans.between(candidates[self.current], candidates[target])
 
-    def _phase_rows(self, target: int) -> list[tuple]:
-        """The phases of the plan from the current split to `target`, as plain tuples."""
-        key = (self.current, target)
-        rows = self.phase_rows.get(key)
-        if rows is None:
-            phases = self._plan_to(target).phases
-            rows = [(p.name.value, p.start_s, p.end_s, p.critical, p.bytes_moved) for p in phases]
-            self.phase_rows[key] = rows
-        return rows
+    def _plan_rows(self, target: int) -> tuple[list[PhaseRow], tuple[str, str, str]]:
+        """The phases of the plan from the current split to `target` as plain tuples, and its
+        strategy and the two splits' labels."""
+        plan = self._plan_to(target)
+        rows = [(p.name.value, p.start_s, p.end_s, p.critical, p.bytes_moved) for p in plan.phases]
+        return rows, (plan.strategy.value, self.labels[self.current], self.labels[target])
 
     def _resize(self, k: int, target: int, drain_s: float | None):
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
         resize_id = self.num_resizes
         self.num_resizes += 1
-        start_s = self.env.now
+        start_s = self.clock.now
         plan = self._plan_to(target)
-        head = (self.labels[self.current], self.labels[target])
-        rows = self.resize_rows
-        strategy = plan.strategy.value
-        offset_s = start_s
-        if drain_s is not None:
-            drain = PhaseName.ROLLOUT_DRAIN.value
-            rows.append((resize_id, k, drain, strategy, *head, start_s, start_s + drain_s, True, 0))
-            offset_s += drain_s
-        for name, lo_s, hi_s, critical, nbytes in self._phase_rows(target):
-            rows.append(
-                (
-                    resize_id,
-                    k,
-                    name,
-                    strategy,
-                    *head,
-                    offset_s + lo_s,
-                    offset_s + hi_s,
-                    critical,
-                    nbytes,
-                )
-            )
+        self.resize_log.add(
+            k,
+            (self.current, target),
+            lambda: self._plan_rows(target),
+            start_s=start_s,
+            drain_s=drain_s,
+        )
+        offset_s = start_s if drain_s is None else start_s + drain_s
         stall_s = (offset_s - start_s) + plan.critical_s
-        yield self.env.timeout(stall_s)
+        yield self.clock.timeout(stall_s)
         self.records.stall_s += stall_s
         self.measured_resize_costs_s = recent_window(
             self.measured_resize_costs_s, stall_s, self.measured_costs_window

@@ -62,7 +62,8 @@ class PipelineRecords:
 
     steps: dict[str, np.ndarray | list] = field(default_factory=dict)
     """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
-    resizes: dict[str, list] = field(default_factory=dict)
+    resizes: dict[str, np.ndarray] = field(default_factory=dict)
+    """Resize phase columns (`resize_log.ResizeLog.columns`), filled at the end of the run."""
     decisions: dict[str, list] = field(default_factory=dict)
     decision_rows: list[tuple] = field(default_factory=list)
     """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,

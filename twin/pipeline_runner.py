@@ -17,7 +17,7 @@ def run_pipeline(run: PipelineRun) -> PipelineRecords:
     """Run one policy over every step of `run.costs`; returns the filled record columns."""
     if run.samples is None and run.pipeline.mode is not PipelineMode.ASYNC:
         clock = StepClock()  # one process, nothing to interleave: no event queue
-        lockstep = _Pipeline(run, env=clock.as_environment())
+        lockstep = _Pipeline(run, clock=clock)
         clock.run(lockstep.lockstep())
         return lockstep.finish()
     if run.samples is None:

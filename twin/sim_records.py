@@ -6,6 +6,7 @@ Apart from `simulation.py` so that running a policy and shaping its output read 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,7 +80,7 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
 
 
-def _nullable_ints(values: list) -> pd.api.extensions.ExtensionArray:
+def _nullable_ints(values: list | np.ndarray) -> pd.api.extensions.ExtensionArray:
     """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference."""
     count = len(values)
     missing = np.fromiter((v is None for v in values), dtype=bool, count=count)
@@ -87,7 +88,9 @@ def _nullable_ints(values: list) -> pd.api.extensions.ExtensionArray:
     return pd.arrays.IntegerArray(data, missing)
 
 
-def _frame(columns: dict[str, list], names: list[str], ints: tuple[str, ...] = ()) -> pd.DataFrame:
+def _frame(
+    columns: Mapping[str, list | np.ndarray], names: list[str], ints: tuple[str, ...] = ()
+) -> pd.DataFrame:
     rows = len(next(iter(columns.values()))) if columns else 0
     data: dict[str, object] = {}
     for name in names:

@@ -7,6 +7,7 @@ the context once and calls `simulate(..., context=ctx)` per policy.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -15,9 +16,10 @@ import numpy as np
 from dynaresize.policies.base import PolicyConfigBase
 from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Policy
-from dynaresize.traces.synthetic import generate_workload
+from dynaresize.traces.synthetic import generate_workload, workload_blocks
 from dynaresize.traces.workload import Workload
 
+from . import block_costs
 from ._lazy import LazyModule
 from .baselines import StaticBaselines, static_baselines
 from .config import ScenarioConfig
@@ -34,7 +36,10 @@ from .sim_records import (
     _samples_frame,
     _steps_frame,
 )
-from .step_costs import StepCosts, compute_step_costs, steady_step_s_without_warmup, tokens_per_step
+from .step_costs import (
+    StepCosts,
+    steady_step_s_without_warmup,
+)
 from .summary import SimSummary, summarize_run
 
 if TYPE_CHECKING:
@@ -49,10 +54,18 @@ __all__ = ["SimContext", "SimResult", "build_context", "simulate"]
 
 @dataclass(frozen=True)
 class SimContext:
-    """Everything about a scenario that does not depend on the policy."""
+    """Everything about a scenario that does not depend on the policy.
+
+    A generated workload too large to hold whole cheaply (more than one block of
+    `workload_blocks`) in a run that reads only step-level costs is not held: its step costs
+    and statistics were built a block at a time, and `workload` draws it again from its seed
+    when a caller asks for the per-sample lengths (`workload_blocks` gives them a block at a
+    time with the memory of one block).
+    """
 
     config: ScenarioConfig
-    workload: Workload
+    held_workload: Workload | None
+    """The per-sample lengths, or None where they are drawn again on demand (see above)."""
     costs: CostModels
     step_costs: StepCosts
     plans: ResizePlans
@@ -63,6 +76,35 @@ class SimContext:
     baselines: StaticBaselines
     lend_plan: LendPlan
     """What one lend within a step costs (activate, deactivate)."""
+    seed: int = 0
+    """The seed a generated workload was drawn from."""
+
+    @property
+    def workload(self) -> Workload:
+        """Every sample's lengths: the held ones, or drawn again whole from the seed."""
+        if self.held_workload is not None:
+            return self.held_workload
+        return generate_workload(self.config.workload, self.config.simulation.num_steps, self.seed)
+
+    def workload_blocks(self, block_samples: int | None = None) -> Iterator[tuple[int, Workload]]:
+        """The workload a block of whole steps at a time: (first step, block); blocks of about
+        `block_samples` samples (default: the context's) where it is not held."""
+        if self.held_workload is not None:
+            yield 0, self.held_workload
+            return
+        yield from workload_blocks(
+            self.config.workload,
+            self.config.simulation.num_steps,
+            self.seed,
+            block_samples=block_samples or block_costs.CONTEXT_BLOCK_SAMPLES,
+        )
+
+    @property
+    def num_samples(self) -> int:
+        """Samples over every step, held or not."""
+        if self.held_workload is not None:
+            return len(self.held_workload.response_tokens)
+        return self.config.simulation.num_steps * self.config.workload.samples_per_step
 
     @property
     def plan(self) -> ResizePlan:
@@ -83,53 +125,6 @@ class SimResult:
     samples: pd.DataFrame | None = None
     """Where the pipeline ran sample by sample (lending, partial rollout): one row per sample,
     the fields of SampleRecord with `finish_s` and `num_resumes`; None elsewhere."""
-
-
-def _sorted_rows(per_step: np.ndarray) -> np.ndarray:
-    """Each row sorted; in int32 when the lengths fit (sorting half the bytes is twice as fast)."""
-    if per_step.size and per_step.max() < np.iinfo(np.int32).max:
-        return np.sort(per_step.astype(np.int32), axis=1)
-    return np.sort(per_step, axis=1)
-
-
-def _percentile_of_sorted(rows: np.ndarray, q: float) -> np.ndarray:
-    """numpy's default (linear) percentile of each sorted row, by the same interpolation."""
-    position = q / 100.0 * (rows.shape[1] - 1)
-    lo = int(np.floor(position))
-    hi = min(lo + 1, rows.shape[1] - 1)
-    t = position - lo
-    a, b = rows[:, lo].astype(np.float64), rows[:, hi].astype(np.float64)
-    return b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
-
-
-def _step_stats(workload: Workload, tokens: np.ndarray) -> pd.DataFrame:
-    """Samples, tokens and response-length statistics of every step."""
-    sizes = np.diff(workload.step_offsets)
-    n = workload.num_steps
-    if n and np.all(sizes == sizes[0]) and sizes[0] > 0:
-        per_step = workload.response_tokens.reshape(n, int(sizes[0]))
-        ordered = _sorted_rows(per_step)
-        mean = per_step.sum(axis=1) / per_step.shape[1]
-        p50, p99 = _percentile_of_sorted(ordered, 50), _percentile_of_sorted(ordered, 99)
-        longest = ordered[:, -1].astype(np.float64)
-    else:
-        response = workload.response_tokens.astype(np.float64)
-        mean, p50, p99, longest = (np.zeros(n) for _ in range(4))
-        for k in range(n):
-            r = response[workload.step_offsets[k] : workload.step_offsets[k + 1]]
-            if len(r):
-                mean[k], longest[k] = r.mean(), r.max()
-                p50[k], p99[k] = np.percentile(r, [50, 99])
-    return pd.DataFrame(
-        {
-            "num_samples": sizes.astype(np.int64),
-            "tokens": tokens.astype(np.int64),
-            "response_len_mean": mean,
-            "response_len_p50": p50,
-            "response_len_p99": p99,
-            "response_len_max": longest,
-        }
-    )
 
 
 def _window_mean(values: np.ndarray, window: int) -> np.ndarray:
@@ -193,7 +188,7 @@ def build_context(
         if kept is not None:
             return kept if kept.config is config else replace(kept, config=config)
     context = _build_context(config, workload=workload, costs=costs, seed=seed)
-    cache_put(key, context, len(context.workload.response_tokens))
+    cache_put(key, context, context.num_samples)
     return context
 
 
@@ -206,18 +201,11 @@ def _build_context(
 ) -> SimContext:
     costs = costs or config.costs
     if workload is None:
-        workload = generate_workload(config.workload, config.simulation.num_steps, seed)
+        num_samples = config.simulation.num_steps * config.workload.samples_per_step
+        if block_costs.holds_samples(config) or num_samples <= block_costs.CONTEXT_BLOCK_SAMPLES:
+            workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
-    tokens = tokens_per_step(workload)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        step_costs = compute_step_costs(
-            workload,
-            cluster=cluster,
-            model=config.model,
-            costs=costs,
-            pipeline=config.pipeline,
-            tokens=tokens,
-        )
+    step_costs, tokens, stats = block_costs.step_costs_by_block(config, costs, workload, seed)
     _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
@@ -229,7 +217,6 @@ def _build_context(
     )
     steady = steady_step_s_without_warmup(step_costs, costs, config.pipeline.mode)
     predicted = _window_mean(steady, config.simulation.observation_window_steps)
-    stats = _step_stats(workload, tokens)
     lend = plan_lend(
         model=config.model,
         params=costs.resize,
@@ -239,7 +226,7 @@ def _build_context(
     )
     return SimContext(
         config=config,
-        workload=workload,
+        held_workload=workload,
         costs=costs,
         step_costs=step_costs,
         plans=plans,
@@ -247,6 +234,7 @@ def _build_context(
         step_stats=stats,
         baselines=static_baselines(step_costs, tokens),
         lend_plan=lend,
+        seed=seed,
     )
 
 
@@ -343,5 +331,5 @@ def simulate(
         decisions=decisions,
         summary=summary,
         context=ctx,
-        samples=_samples_frame(records, ctx.workload),
+        samples=None if records.samples is None else _samples_frame(records, ctx.workload),
     )
