@@ -36,7 +36,7 @@ def fault_config() -> LiveConfig:
         {
             "num_workers": 3,
             "initial_allocation": "2:1",
-            "num_steps": 6,
+            "num_steps": KILL_AFTER_STEP + 3,  # the resume runs the last three
             "prompts_per_step": 4,
             "samples_per_prompt": 4,
             "max_response_tokens": 24,
@@ -181,7 +181,9 @@ def test_a_run_that_fails_in_the_workers_setup_leaves_the_folder_as_it_found_it(
     from dynaresize.executor import session as session_module
 
     fields = fault_config().model_dump(mode="json", exclude_unset=True)
-    config = LiveConfig.model_validate(fields | {"num_steps": 2})
+    # two workers are enough to fail a setup, and start faster than three
+    two_workers = {"num_workers": 2, "initial_allocation": "1:1", "policy": {"kind": "static"}}
+    config = LiveConfig.model_validate(fields | two_workers | {"num_steps": 1})
     original_write = session_module.write_workers
 
     def write_then_kill(out, infos) -> None:
@@ -204,5 +206,5 @@ def test_a_run_that_fails_in_the_workers_setup_leaves_the_folder_as_it_found_it(
 
     monkeypatch.setattr(session_module, "write_workers", original_write)
     result = run_live(config, out_dir=kept)
-    assert result.steps_completed == 2
+    assert result.steps_completed == 1
     assert (kept / "notes.txt").read_text() == "the user's"
