@@ -39,7 +39,7 @@ from .batch import RolloutBatch, load_batch, save_batch, split_by_prompt, split_
 from .cluster.placement import node_notes
 from .cluster.runtime import Calls, Runtime
 from .cluster.worker_setup import set_up_workers
-from .config import LiveConfig, PipelineMode
+from .config import DeviceKind, LiveConfig, PipelineMode
 from .job.live_job import export_policy, prepare_prompt_source
 from .job.prompt_source import PromptItem, PromptSource
 from .observe.cost_feedback import decision_cost_source
@@ -64,6 +64,7 @@ from .worker.collectives import collective_note
 from .worker.engine import check_sync_digests
 from .worker.rollout import RolloutReport, collect_batch
 from .worker.shards import full_vectors
+from .worker.sync_paths import count_paths, path_note
 from .worker.trainer import TrainReport
 
 
@@ -150,11 +151,12 @@ class LiveSession:
                     num_gpus=live.num_gpus,
                 ),
                 *notes,
+                *([path_note(setup.first_sync_paths)] if live.device is DeviceKind.CUDA else []),
                 *(self.prompts.notes() if live.data is not None else []),
             ],
         )
         self.log = RunLog(out, meta=meta, restored=restored)
-        self._record_published(digest)
+        self._record_published(digest, setup.first_sync_paths)
 
     # --- the run, top down ---------------------------------------------------------------
 
@@ -193,14 +195,12 @@ class LiveSession:
         flat = rt.call([first], LiveWorker.flat_weights).wait("exporting the policy")[first]
         return export_policy(self.live, flat, self.live.export_hf_dir)
 
-    def _record_published(self, digest: str | None) -> None:
-        """The digest of the weights the first trainer just published (weights.jsonl): the one
-        its weight sync reported, else asked of it."""
+    def _record_published(self, digest: str | None, paths: dict[str, int]) -> None:
+        """weights.jsonl: the new version's digest (the sync's, else the first trainer's)."""
         rt = self.runtime
         digest = digest if digest is not None else self._first_trainer_digest()
-        self.log.published(
-            weights_version=rt.weights_version, digest=digest, by_worker=rt.roles.trainer_ids[0]
-        )
+        by = rt.roles.trainer_ids[0]
+        self.log.published(rt.weights_version, digest, by_worker=by, replicas_by_path=paths)
 
     def _first_trainer_digest(self) -> str:
         rt = self.runtime
@@ -250,7 +250,8 @@ class LiveSession:
         synced = rt.call(
             rt.roles.sync_ids, LiveWorker.sync_weights, weights_version=rt.weights_version
         ).wait("syncing weights")
-        self._record_published(check_sync_digests(synced, weights_version=rt.weights_version))
+        digest = check_sync_digests(synced, weights_version=rt.weights_version)
+        self._record_published(digest, count_paths(synced))
         end_s = rt.clock()
         clock = StepClock(start_s=start_s, end_s=end_s, sync_s=end_s - sync_start)
         self._record_step(step, batch, reports, clock, concurrent=next_batch)
@@ -384,8 +385,7 @@ class LiveSession:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""
         if phases and self.last_resize is not None:
             label = self.last_resize
-            records = [*phase_records(label, phases), *transfer_records(label, phases)]
-            self.log.write(records)
+            self.log.write([*phase_records(label, phases), *transfer_records(label, phases)])
 
 
 def close_rollout_engines(runtime: Runtime, *, quiet: bool) -> None:

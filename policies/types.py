@@ -23,13 +23,6 @@ resizes at nearly every step does not make every observation copy all of them. P
 over a few (their `switch_cost_window_size`, 3 by default)."""
 
 
-def recent_window(costs: tuple[float, ...], new_s: float, window: int) -> tuple[float, ...]:
-    """`costs` with `new_s` appended, the oldest dropped beyond `window` (O(window))."""
-    if len(costs) < window:
-        return (*costs, new_s)
-    return (*costs[len(costs) - window + 1 :], new_s) if window > 1 else (new_s,)
-
-
 class Allocation(BaseModel):
     """How many GPUs each role holds. Written `train:rollout`, e.g. `6:2`."""
 

@@ -22,7 +22,6 @@ from dynaresize.policies.types import (
     LendingOffer,
     StageTimes,
     StepObservation,
-    recent_window,
 )
 from dynaresize.traces.phases import Role
 
@@ -109,10 +108,12 @@ class PipelineCore:
         self.pending: _PendingResize | None = None
         self.num_resizes = 0
         self.last_resize_step: int | None = None
+        self.measured_resize_s: deque[float] = deque(maxlen=run.measured_costs_window)
+        """The most recent measured resize costs, oldest first (bounded, however often the
+        policy resizes), kept as the live observer keeps them."""
         self.measured_resize_costs_s: tuple[float, ...] = ()
-        """The observation's field as it stands: a new tuple at each resize, not at each step,
-        of the last `measured_costs_window` costs (bounded, however often the policy resizes)."""
-        self.measured_costs_window = run.measured_costs_window
+        """The observation's field as it stands: a copy of `measured_resize_s` made at each
+        resize, not at each step."""
         self.step_start_s = 0.0
         self.roles = [
             [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
@@ -339,9 +340,8 @@ class PipelineCore:
         stall_s = (offset_s - start_s) + plan.critical_s
         yield self.clock.timeout(stall_s)
         self.records.stall_s += stall_s
-        self.measured_resize_costs_s = recent_window(
-            self.measured_resize_costs_s, stall_s, self.measured_costs_window
-        )
+        self.measured_resize_s.append(stall_s)
+        self.measured_resize_costs_s = tuple(self.measured_resize_s)
         self.current = target
         self.last_resize_step = k
         self.pending = _PendingResize(

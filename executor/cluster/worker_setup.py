@@ -27,6 +27,7 @@ from ..engines.config import EngineRelease
 from ..run_folder.checkpoint import Checkpoint
 from ..worker.actor import LiveWorker
 from ..worker.shards import ShardLayout, shards_from_full
+from ..worker.sync_paths import count_paths
 from .runtime import Runtime
 
 
@@ -51,6 +52,8 @@ class SetupReport:
     """`LiveWorker.info` of every worker, by worker id."""
     timings_s: dict[str, float] = field(default_factory=dict)
     """Seconds of each `SetupPart`, by its name."""
+    first_sync_paths: dict[str, int] = field(default_factory=dict)
+    """Replicas per weight-sync path at the first sync (`worker/sync_paths.py`)."""
 
     @property
     def device_name(self) -> str:
@@ -105,7 +108,7 @@ def set_up_workers(
             for w in roles.trainer_ids
         ).wait("loading the checkpoint")
         rt.call(roles.trainer_ids, LiveWorker.refresh_model_from_master).wait("gathering weights")
-    rt.call(roles.sync_ids, LiveWorker.sync_weights, weights_version=version).wait(
+    synced = rt.call(roles.sync_ids, LiveWorker.sync_weights, weights_version=version).wait(
         "first weight sync"
     )
     lap(SetupPart.FIRST_WEIGHT_SYNC)
@@ -113,6 +116,7 @@ def set_up_workers(
         numel=int(numel),
         worker_infos=infos,
         timings_s=lap.timings_s,
+        first_sync_paths=count_paths(synced),
     )
 
 

@@ -14,8 +14,8 @@ only the first opening.
 
 Device numbers differ between processes (Ray gives each worker its own CUDA_VISIBLE_DEVICES), so
 the handle names the device by UUID and `open_shared` finds its local number; a process that
-does not see that device, or runs on another node, cannot open it (`can_open`) and takes the
-network path instead.
+does not see that device, or runs on another node, cannot open it (`refusal` says why) and gets
+the weights by the network path instead, decided per replica (`worker/sync_paths.py`).
 
 Everything here but `share`, `open_shared` and `finish_writes` runs on CPU tensors too; those
 three need CUDA (torch has no IPC for host tensors in this form).
@@ -98,20 +98,29 @@ def share(tensor: torch.Tensor) -> SharedDeviceTensor:
     )
 
 
+def refusal(shared: SharedDeviceTensor) -> str | None:
+    """Why this process cannot open `shared` (another node, its device not visible here), or
+    None when it can try."""
+    if shared.node != node_identity():
+        return f"device buffer of node {shared.node} opened on {node_identity()}"
+    if local_index(shared.device_uuid) is None:
+        return f"device {shared.device_uuid} is not visible in this process"
+    return None
+
+
 def can_open(shared: SharedDeviceTensor) -> bool:
     """This process runs on the buffer's node and sees its device."""
-    return shared.node == node_identity() and local_index(shared.device_uuid) is not None
+    return refusal(shared) is None
 
 
 def open_shared(shared: SharedDeviceTensor) -> torch.Tensor:
     """A tensor over the owner's buffer, on this process's number for the owner's device."""
     from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-    if shared.node != node_identity():
-        raise ValueError(f"device buffer of node {shared.node} opened on {node_identity()}")
+    refused = refusal(shared)
     index = local_index(shared.device_uuid)
-    if index is None:
-        raise ValueError(f"device {shared.device_uuid} is not visible in this process")
+    if refused is not None or index is None:
+        raise ValueError(refused or f"device {shared.device_uuid} is not visible")
     args = list(shared.rebuild_args)
     args[_DEVICE] = index
     tensor = rebuild_cuda_tensor(*args)

@@ -29,6 +29,11 @@ class PublishedWeights(BaseModel):
     weights_version: int = Field(ge=0, description="Version the sync carried.")
     digest: str = Field(description="`rl.weights_digest` of the published weights.")
     published_by_device: int = Field(ge=0, description="Worker id of the publishing trainer.")
+    replicas_by_path: dict[str, int] = Field(
+        default_factory=dict,
+        description="Replicas that received this version by each path (`cuda_ipc`: from the "
+        "trainer's device buffer; `network`: a host vector); empty in files written before.",
+    )
 
 
 def start_file(out_dir: Path, *, resume_version: int | None) -> None:

@@ -94,12 +94,23 @@ class RunLog:
         )
         start_file(out, resume_version=restored.weights_version if restored else None)
 
-    def published(self, *, weights_version: int, digest: str, by_worker: int) -> None:
-        """A weights version the first trainer published, with the digest of its weights."""
+    def published(
+        self,
+        weights_version: int,
+        digest: str,
+        *,
+        by_worker: int,
+        replicas_by_path: dict[str, int] | None = None,
+    ) -> None:
+        """A weights version the first trainer published, with the digest of its weights and
+        how many replicas received it by each path."""
         append_published(
             self.out,
             PublishedWeights(
-                weights_version=weights_version, digest=digest, published_by_device=by_worker
+                weights_version=weights_version,
+                digest=digest,
+                published_by_device=by_worker,
+                replicas_by_path=replicas_by_path or {},
             ),
         )
 

@@ -14,6 +14,7 @@ makes the actor class of the live worker and all of them.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -34,10 +35,11 @@ from ..rl.model import build_model, count_parameters
 from ..rl.weights_digest import parameters_digest, weights_digest
 from ..roles import RoleMap
 from .collectives import choose_path, device_key
-from .device_weights import sync_on_device
+from .device_weights import over_network, sync_on_device, sync_result
 from .rollout import RolloutReport, RolloutRole, sampler_config, sampling_params
 from .shards import ShardLayout, ShardState
 from .state import WorkerState
+from .sync_paths import SyncPath, SyncPlan
 from .trainer import TrainerRole, TrainReport
 
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
@@ -305,41 +307,44 @@ class LiveWorker(WorkerState):
         return self._rollout().generate(batch_id=batch_id, items=items)
 
     def sync_weights(self, *, weights_version: int) -> dict[str, Any]:
-        """Broadcast the model from the first trainer to every rollout replica (sync group).
+        """Send the model from the first trainer to every rollout replica (sync group).
 
-        The bytes travel as raw bytes, so any weight dtype crosses gloo unchanged. Each side
-        reports the digest of the weights: the source of what it sent, a replica of what its
-        engine loaded (the driver checks that they agree).
+        On CUDA each replica takes its own path (`device_weights.py`): from the trainer's device
+        buffer where it maps it, else a host vector over the network; on CPU every replica takes
+        the network path. Each side reports the digest of the weights: the source of what it
+        sent, a replica of what its engine loaded (the driver checks that they agree).
         """
         start = time.perf_counter()
         source = self._role_map().trainer_ids[0]
-        if next(self.model.parameters()).is_cuda:
-            on_device = sync_on_device(
+        parameters = list(self.model.parameters())
+        take = functools.partial(self._take_weights, weights_version=weights_version)
+        if parameters[0].is_cuda:
+            return sync_on_device(
                 self._device_sync,
-                model_parameters=list(self.model.parameters()),
-                is_source=self.worker_id == source,
+                worker_id=self.worker_id,
+                model_parameters=parameters,
                 source=source,
                 group=self.sync_group,
-                load=lambda flat: self._take_weights(flat, weights_version),
+                load=take,
             )
-            if on_device is not None:
-                return on_device
-        if self.worker_id == source:
-            flat = torch.cat([p.detach().reshape(-1) for p in self.model.parameters()]).cpu()
-        else:
-            dtype = next(self.model.parameters()).dtype
-            flat = torch.empty(count_parameters(self.model), dtype=dtype)
-        payload = flat.view(torch.uint8)
-        dist.broadcast(payload, src=source, group=self.sync_group)
+        plan = SyncPlan.of(
+            source,
+            ((w, None if w == source else SyncPath.NETWORK) for w in self._role_map().sync_ids),
+        )
+        flat = over_network(
+            parameters, worker_id=self.worker_id, source=source, plan=plan, group=self.sync_group
+        )
+        assert flat is not None  # every member takes part in an all-network sync
         digest = weights_digest(flat) if self.worker_id == source else None
         if self.rollout is not None:
-            digest = self._take_weights(flat, weights_version)
-        return {
-            "bytes": payload.numel(),
-            "s": time.perf_counter() - start,
-            "digest": digest,
-            "source": self.worker_id == source,
-        }
+            digest = take(flat)
+        return sync_result(
+            worker_id=self.worker_id,
+            plan=plan,
+            nbytes=flat.view(torch.uint8).numel(),
+            start_s=start,
+            digest=digest,
+        )
 
     def _take_weights(self, flat: torch.Tensor, weights_version: int) -> str | None:
         """A replica takes the synced weights into its engine (and model); the digest of what

@@ -240,3 +240,15 @@ def test_records_are_readable_as_parquet_and_jsonl_alike(resized_run) -> None:
     assert set(parquet.samples["data_source"]) == {"repeat"}
     assert parquet.samples["extra_info_index"].isna().all()
     assert Path(out / "setup.json").is_file()
+
+
+def test_weights_jsonl_counts_the_replicas_of_every_sync_by_path(resized_run) -> None:
+    """On CPU every replica takes the network path; each version counts the replicas of the
+    split it was synced on (2:2 at setup and after steps 0-1, 3:1 after 2-3, 1:3 after 4-5)."""
+    _, _, out = resized_run
+    lines = (out / "weights.jsonl").read_text().splitlines()
+    published = [json.loads(line) for line in lines]
+    assert [p["weights_version"] for p in published] == list(range(7))
+    assert [p["replicas_by_path"] for p in published] == [
+        {"cuda_ipc": 0, "network": n} for n in (2, 2, 2, 1, 1, 3, 3)
+    ]

@@ -35,6 +35,7 @@ from dynaresize.executor.engines.device_share import (
     fill_flat,
     finish_writes,
     node_identity,
+    refusal,
 )
 from dynaresize.executor.engines.interface import GenerationRequest, SamplingParams
 from dynaresize.executor.engines.process import EngineProcess
@@ -142,7 +143,10 @@ def test_a_device_buffer_is_not_opened_off_its_node_or_without_its_device() -> N
         rebuild_args=(), device_uuid="GPU-none", node=node_identity(), numel=4, dtype="bfloat16"
     )
     assert not can_open(handle)  # no device with that UUID here
-    assert not can_open(replace(handle, node="elsewhere/boot"))
+    assert refusal(handle) == "device GPU-none is not visible in this process"
+    far = replace(handle, node="elsewhere/boot")
+    assert not can_open(far)
+    assert refusal(far) == f"device buffer of node elsewhere/boot opened on {node_identity()}"
 
 
 MODEL = {

@@ -9,7 +9,7 @@ import pytest
 from dynaresize.config import load_run_config
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.observe.observer import Observer
-from dynaresize.policies.types import Decision, StepObservation, recent_window
+from dynaresize.policies.types import Decision, StepObservation
 from dynaresize.twin import context_cache
 from dynaresize.twin.config import ScenarioConfig
 from dynaresize.twin.simulation import build_context, simulate
@@ -39,13 +39,12 @@ def _scenario(num_steps: int, window: int | None = None) -> ScenarioConfig:
     return ScenarioConfig.model_validate(data)
 
 
-def test_recent_window_keeps_the_newest_in_order():
-    costs: tuple[float, ...] = ()
-    for value in range(10):
-        costs = recent_window(costs, float(value), 4)
-    assert costs == (6.0, 7.0, 8.0, 9.0)
-    assert recent_window((1.0, 2.0), 3.0, 1) == (3.0,)
-    assert recent_window((), 5.0, 64) == (5.0,)
+def test_a_window_of_one_carries_the_last_measured_cost_only():
+    one, unbounded = _Flipper(), _Flipper()
+    simulate(_scenario(30, window=1), one)
+    simulate(_scenario(30, window=1000), unbounded)
+    assert one.seen == [long[-1:] for long in unbounded.seen]
+    assert max(len(seen) for seen in unbounded.seen) > 1
 
 
 def test_a_resize_at_every_step_sees_the_window_of_the_full_history():
