@@ -113,26 +113,29 @@ def test_one_allocation_does_not_count_configured_collectives_twice(workload):
     np.testing.assert_allclose(train.predicted_s, train.measured_s, rtol=1e-6)
 
 
-def test_the_ring_allreduce_form_and_the_per_token_term_are_chosen_by_the_times():
-    """Steps that get slower with more trainers (a ring all-reduce over a slow link) pick the
-    all-reduce form; a real per-token cost survives leave-one-run-out (two runs)."""
-    true = TRUE.with_overrides(
-        {
-            "train": {
-                "optimizer_s_per_gb_shard": 0.0,
-                "collective_s_per_gb_per_extra_gpu": 0.0,
-                "allreduce_s_per_gb": 0.3,
-            }
-        }
-    )
-    gpus = np.repeat([6, 4, 2], 30)
+def _fit_two_runs_of_one_per_gpu_term(term: dict[str, float], allocations: list[int]):
+    """The fit of two runs (30 steps per allocation each) whose training time has, beside the
+    fixed and per-token costs, only the per-GPU `term`."""
+    zero = {
+        "optimizer_s_per_gb_shard": 0.0,
+        "collective_s_per_gb_per_extra_gpu": 0.0,
+        "allreduce_s_per_gb": 0.0,
+    }
+    true = TRUE.with_overrides({"train": {**zero, **term}})
+    gpus = np.repeat(allocations, 30)
     runs = [
         trace_from_costs(
             lognormal_workload(90, 48, seed=s, growth=1.0), costs=true, model=MODEL, train_gpus=gpus
         )
         for s in (3, 4)
     ]
-    fit = fit_costs(runs, model=MODEL, sync_bandwidth_gbps=400.0)
+    return fit_costs(runs, model=MODEL, sync_bandwidth_gbps=400.0)
+
+
+def test_the_ring_allreduce_form_and_the_per_token_term_are_chosen_by_the_times():
+    """Steps that get slower with more trainers (a ring all-reduce over a slow link) pick the
+    all-reduce form; a real per-token cost survives leave-one-run-out (two runs)."""
+    fit = _fit_two_runs_of_one_per_gpu_term({"allreduce_s_per_gb": 0.3}, [6, 4, 2])
     train = fit.costs.train
     assert train.allreduce_s_per_gb == pytest.approx(0.3, rel=1e-3)
     assert train.optimizer_s_per_gb_shard == 0.0
@@ -147,24 +150,7 @@ def test_an_exchange_flat_beyond_one_trainer_is_chosen_by_the_times():
     cost for two ranks as for three: neither the ring (0, 1, 4/3) nor the shard (1, 1/2, 1/3)
     shape reproduces one, two and three trainers; the flat exchange does, and predicts the
     measured steps."""
-    true = TRUE.with_overrides(
-        {
-            "train": {
-                "optimizer_s_per_gb_shard": 0.0,
-                "collective_s_per_gb_per_extra_gpu": 0.0,
-                "allreduce_s_per_gb": 0.0,
-                "exchange_s_per_gb": 0.4,
-            }
-        }
-    )
-    gpus = np.repeat([1, 2, 3], 30)
-    runs = [
-        trace_from_costs(
-            lognormal_workload(90, 48, seed=s, growth=1.0), costs=true, model=MODEL, train_gpus=gpus
-        )
-        for s in (3, 4)
-    ]
-    fit = fit_costs(runs, model=MODEL, sync_bandwidth_gbps=400.0)
+    fit = _fit_two_runs_of_one_per_gpu_term({"exchange_s_per_gb": 0.4}, [1, 2, 3])
     train = fit.costs.train
     assert train.exchange_s_per_gb == pytest.approx(0.4, rel=1e-3)
     assert train.allreduce_s_per_gb == 0.0 and train.optimizer_s_per_gb_shard == 0.0
