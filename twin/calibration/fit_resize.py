@@ -195,10 +195,17 @@ def fit_resize_phases(
         durations = group["duration_s"].to_numpy(float)
         if paths is not None and transfers is not None:  # at the same-node path's rate
             durations = same_node_durations(group, transfers, paths.bandwidths)
-        phase_fit = fit_one_phase(strategy, phase, gb, durations, prior, scale)
+        before, after = trainer_counts(group)
+        phase_fit = fit_one_phase(
+            strategy, phase, gb, durations, prior, scale, moved_gpus=np.abs(after - before)
+        )
         fits.append(phase_fit)
         updated[strategy][phase] = prior.model_copy(
-            update={"base_s": phase_fit.base_s, "s_per_gb": phase_fit.s_per_gb_param}
+            update={
+                "base_s": phase_fit.base_s,
+                "s_per_gb": phase_fit.s_per_gb_param,
+                "s_per_moved_gpu": phase_fit.s_per_moved_gpu,
+            }
         )
     zero_phases_never_run(records, updated, notes)
     placed = base.model_copy(
@@ -342,6 +349,8 @@ class ResizeStageFitter:
             key = f"{p.strategy.value}.{p.phase.value}"
             params[f"{key}.base_s"] = p.base_s
             params[f"{key}.s_per_gb"] = p.s_per_gb_param
+            if p.moved_status is ParamStatus.FITTED:
+                params[f"{key}.s_per_moved_gpu"] = p.s_per_moved_gpu
         stage = StageFit(
             stage="resize",
             params=params,

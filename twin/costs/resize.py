@@ -249,8 +249,9 @@ class ResizePlans:
 
     @property
     def costlier(self) -> ResizePlan:
-        """The costlier of the two directions with whole state moved: one figure for a resize
-        where the move is not known (an upper bound of every move's critical path)."""
+        """The costlier of the two directions with whole state moved and one GPU changing role:
+        one figure for a resize where the move is not known (an upper bound of every move's
+        critical path where no phase costs per GPU changing role)."""
         return max(self.gains_rollout, self.no_new_rollout, key=lambda plan: plan.critical_s)
 
     def between(self, before: Allocation, after: Allocation) -> ResizePlan:
@@ -286,9 +287,11 @@ def plan_resize(
     makes the rollout re-init phase, and every phase that runs only on moves gaining rollout,
     take no time, and True those that run only on moves gaining training. The trainer counts
     before and after size the phases that move only the re-cut share of the state; without them
-    such a phase moves all of it. `workers_per_node` places the workers on nodes, so that with
-    `params.path_bandwidths` the re-cut pieces that cross nodes are priced at the network's rate
-    (transfer_paths.py); without it every worker counts as one node's.
+    such a phase moves all of it, and the GPUs changing role (`gpus_changing_role`) scale a
+    phase's `s_per_moved_gpu` (one GPU where the move is not known). `workers_per_node` places
+    the workers on nodes, so that with `params.path_bandwidths` the re-cut pieces that cross
+    nodes are priced at the network's rate (transfer_paths.py); without it every worker counts
+    as one node's.
     """
     phases = params.phases(strategy)
     bandwidth_scale = {
@@ -299,6 +302,7 @@ def plan_resize(
         )
         for link in Link
     }
+    moved_gpus = gpus_changing_role(trainers_before, trainers_after)
     link_gbps = _link_capacity_gbps(
         host_bandwidth_gbps, interconnect_bandwidth_gbps, trainers_before, trainers_after
     )
@@ -313,6 +317,7 @@ def plan_resize(
             recut = (trainers_before, trainers_after)
             gb *= changed_owner_fraction(trainers_before, trainers_after)
         duration_s = spec.base_s + spec.s_per_gb * gb * bandwidth_scale[spec.link]
+        duration_s += spec.s_per_moved_gpu * moved_gpus
         if recut is not None and params.path_bandwidths is not None:
             off_path_s = _off_path_s(params.path_bandwidths, gb_state, recut, workers_per_node)
             duration_s = max(0.0, duration_s + off_path_s)
@@ -327,6 +332,14 @@ def plan_resize(
     background_tail_s = max(overhang, default=0.0)
     slowdown_s = params.background_contention * sum(overhang)
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
+
+
+def gpus_changing_role(trainers_before: int | None, trainers_after: int | None) -> int:
+    """GPUs that change role in a move between these trainer counts (the total stays, so the
+    rollout side changes by as many); one where the move is not known."""
+    if trainers_before is None or trainers_after is None:
+        return 1
+    return abs(trainers_after - trainers_before)
 
 
 def _link_capacity_gbps(

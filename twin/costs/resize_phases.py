@@ -72,6 +72,13 @@ class PhaseCostParams(BaseModel):
     s_per_gb: float = Field(
         default=0.0, ge=0, description="Seconds per GB moved, at the reference bandwidth."
     )
+    s_per_moved_gpu: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds per GPU that changes role in the move, for a phase that moves no "
+        "state: 0 where every device does its part at once (its own GPU each); above 0 where "
+        "the devices' parts queue (engines woken or put to sleep on one shared GPU).",
+    )
     moves: StateMoved = Field(default=StateMoved.NONE, description="State the phase moves.")
     link: Link = Field(default=Link.HOST, description="Link the moved bytes cross.")
     critical: bool = Field(
