@@ -148,6 +148,10 @@ def measure(args: argparse.Namespace, save, earlier: dict[str, Any]) -> dict[str
         except Exception as error:  # one failed part must not lose the others' figures
             result.setdefault("errors", {})[name] = f"{type(error).__name__}: {error}"
         result.setdefault("part_wall_s", {})[name] = time.perf_counter() - begin
+        result.setdefault("measured_on", {})[name] = {
+            "device": torch.cuda.get_device_name(),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        }
         print(f"[{args.shape}] {name}: {time.perf_counter() - begin:.1f} s", flush=True)
         save(result)
 
@@ -236,10 +240,11 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
     ]
     shapes = sorted(results)
     lines = [
-        "# vLLM rollout engine on one H200",
+        "# vLLM rollout engine on one GPU",
         "",
         "`python benchmarks/bench_vllm_h200.py --shape S` (Qwen2 shapes from their configs, "
-        "bf16; engines in engine processes, weights from a device buffer by CUDA IPC).",
+        "bf16; engines in engine processes, weights from a device buffer by CUDA IPC). Each part's "
+        "device and date are listed under the table.",
         "",
         "| figure | " + " | ".join(shapes) + " |",
         "| --- |" + " ---: |" * len(shapes),
@@ -256,6 +261,10 @@ def markdown(results: dict[str, dict[str, Any]]) -> str:
                 else str(value)
             )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    for s in shapes:
+        for name, where in sorted(results[s].get("measured_on", {}).items()):
+            lines.append(f"- {s} `{name}`: {where['device']}, {where['date']}")
     for s in shapes:
         for name, error in results[s].get("errors", {}).items():
             lines.append(f"\n{s} {name} failed: {error}")

@@ -11,13 +11,17 @@
 #                 come from benchmarks/results/vllm_h200.json); BENCH_LIMIT_S (420) per shape
 #     live-sleep  benchmarks/bench_live.py --device cuda --engine vllm --release sleep ~3 min
 #     live-destroy  the same with --release destroy (live: both)                      ~3 min
-#     loop        two sleep runs (sync pipeline) of LOOP_STEPS (8) steps with schedules that
-#                 hold each split two steps or more, `dynaresize calibrate` on the first and `validate`
-#                 on the second                                                         ~7 min
+#     loop        two sleep runs (sync pipeline) with schedules that hold each split two
+#                 steps: the first (14 steps) makes every move between the three splits once,
+#                 for `dynaresize calibrate`; the second (8 steps), another order, for
+#                 `validate`                                                            ~8 min
 #     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
+#     weight-paths  pytest tests/executor/test_device_weight_paths_gpu.py and
+#                 test_vllm_cuda_parts.py (no vLLM engine)                              ~1 min
 #
 # One call must stay under the machine's 10 minutes a command, so split the parts over calls:
-#   1. tests,bench-1.5b   2. live-sleep,loop   3. live-destroy,bench-0.5b   4. semantics
+#   1. tests,weight-paths   2. loop   3. semantics,bench-0.5b   4. bench-1.5b   5. live
+# (BENCH_PARTS=vllm_destroy for the destroy figures alone).
 # Every step runs under `timeout` (its own limit, or what is left of the call's BUDGET_S,
 # default 540 s); a step that fails or runs out is logged and the next one runs; a part that
 # does not fit in what is left is skipped and logged. The live runs take LIVE_STEPS (4) steps.
@@ -41,6 +45,14 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1
 
 left() { echo $(( BUDGET_S - ($(date +%s) - START) )); }
+
+# The device's memory in GB (calibrate and validate size the memory-feasible splits with it) and
+# the KV cache per engine of the live runs: 8 GiB, or 4 GiB on a device under 100 GiB (an H100),
+# which the live batch (128 samples of at most 192 tokens) fills to a few per cent either way.
+GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+GPU_GB=$(( ${GPU_MIB:-143771} * 1048576 / 1000000000 ))
+if (( ${GPU_MIB:-143771} < 102400 )); then LIVE_KV_GIB=${LIVE_KV_GIB:-4}; fi
+LIVE_KV_GIB=${LIVE_KV_GIB:-8}
 
 # step NAME LIMIT_S LOG COMMAND...: run COMMAND under `timeout` (LIMIT_S or what is left),
 # appending its output to LOG; never stops the script.
@@ -70,6 +82,11 @@ if has tests; then
         tests/executor/test_vllm_cuda.py
 fi
 
+if has weight-paths; then
+    step weight_paths 180 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
+        tests/executor/test_device_weight_paths_gpu.py tests/executor/test_vllm_cuda_parts.py
+fi
+
 if has semantics; then
     step semantics 420 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
         tests/executor/test_live_vllm_cuda.py
@@ -90,8 +107,9 @@ done
 
 live() {  # NAME RELEASE [more bench_live arguments]
     local name=$1 release=$2; shift 2
-    step "live_$name" 300 "$OUT/loop.txt" $PY benchmarks/bench_live.py --device cuda \
-        --engine vllm --release "$release" --tag "$name" --out-dir "$SCRATCH/results" \
+    step "live_$name" "${LIVE_LIMIT_S:-400}" "$OUT/loop.txt" $PY benchmarks/bench_live.py \
+        --device cuda --engine vllm --release "$release" --kv-gib "$LIVE_KV_GIB" --tag "$name" \
+        --out-dir "$SCRATCH/results" \
         --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" "$@"
 }
 
@@ -103,17 +121,22 @@ if has live || has live-destroy; then live vllm_destroy destroy --schedule "$SCH
 if has loop; then
     # Each split held for two steps or more, so that calibrate fits every trainer count the
     # validation run visits (a step right after a resize is not a clean training time).
-    loop_steps=${LOOP_STEPS:-8}
     # `sync`: with every role on one GPU, a rollout overlapped with training slows both by a
     # contention that a twin of separate devices does not model (one_step_off on 2026-12-03:
-    # per-step error 21%, most of it in rollout times that varied 2.2-3.9 s within a split)
-    live vllm_calibrate sleep --steps "$loop_steps" --pipeline sync --schedule "2@3:1;4@1:3"
-    live vllm_sleep_other sleep --steps "$loop_steps" --pipeline sync --schedule "2@1:3;4@3:1"
+    # per-step error 21%, most of it in rollout times that varied 2.2-3.9 s within a split).
+    # The calibration run makes each of the six moves between 3:1, 2:2 and 1:3 once, so that
+    # every phase is fitted on moves of one and two GPUs in both directions (waking engines on
+    # one shared GPU takes longer the more a move wakes: `s_per_moved_gpu`).
+    live vllm_calibrate sleep --steps "${CALIBRATE_STEPS:-14}" --pipeline sync \
+        --schedule "${CALIBRATE_SCHEDULE:-1@3:1;3@1:3;5@2:2;7@1:3;9@3:1;11@2:2}"
+    live vllm_sleep_other sleep --steps "${LOOP_STEPS:-8}" --pipeline sync \
+        --schedule "${VALIDATE_SCHEDULE:-1@1:3;3@3:1;5@2:2}"
     step calibrate 60 "$OUT/loop.txt" $PY -m dynaresize.cli calibrate \
-        --trace "$SCRATCH/run_vllm_calibrate/trace" --out "$SCRATCH/costs.yaml"
+        --trace "$SCRATCH/run_vllm_calibrate/trace" --out "$SCRATCH/costs.yaml" \
+        --gpu-memory-gb "$GPU_GB"
     step validate 60 "$OUT/loop.txt" $PY -m dynaresize.cli validate \
         --trace "$SCRATCH/run_vllm_sleep_other/trace" --costs "$SCRATCH/costs.yaml" \
-        --out "$SCRATCH/validate" --gpu-memory-gb 141
+        --out "$SCRATCH/validate" --gpu-memory-gb "$GPU_GB"
     # the two runs' traces come back, so that calibrate and validate can be run again anywhere
     tar -czf "$OUT/loop_traces.tar.gz" -C "$SCRATCH" run_vllm_calibrate/trace \
         run_vllm_sleep_other/trace 2>> "$OUT/loop.txt"
