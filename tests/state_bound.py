@@ -15,6 +15,14 @@ import torch
 
 STATE_RELATIVE_ERROR_BOUND = 1e-3
 
+BF16_STATE_RELATIVE_ERROR_BOUND = 2.0**-6
+"""The same comparison for a model that computes in bfloat16 on a GPU. There each split runs
+its trainers' micro-batches in other shapes, whose kernels round at bfloat16's unit roundoff
+(2^-8, about 3.9e-3), so the gradients differ by a few such units and the moments, sums of them,
+with them: 2.8e-3 for `exp_avg` on one H100 (2026-12-07), and twice as much relative to the
+squared moment. Four units (about 1.6e-2) still fails a zeroed, stale or misplaced moment, which
+is off by 0.1 or more."""
+
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
     """|a - b| / |b| over the whole vector (2-norms)."""

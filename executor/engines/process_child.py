@@ -362,7 +362,11 @@ class _Host:
         """Let go of every mapped buffer before the process ends. The owner of a CUDA buffer
         frees it only once each process that mapped it has released its mapping (torch counts
         them); a process that ends still holding one leaves the owner a weights-sized block it
-        can never free."""
+        can never free. The engine lets go of what it kept too: vLLM on CUDA keeps the last
+        weights as views of the buffer, for a wake that reloads them."""
+        forget = getattr(self.engine, "forget_weights", None)
+        if callable(forget):
+            forget()
         self.mapped.clear()
         gc.collect()
 

@@ -264,6 +264,13 @@ class VLLMEngine:
             self._build()
         return time.perf_counter() - start
 
+    def forget_weights(self) -> None:
+        """Drop the weights kept for a rebuild. On CUDA they are views of the worker's device
+        buffer, which this process mapped by its IPC handle: the worker can free that buffer
+        only once every process that mapped it has let go, so a process about to end lets go
+        first (an engine process ended at a `destroy` release)."""
+        self._last_weights = None
+
     def close(self) -> None:
         """Destroy the engine whatever the release mode (end of a run)."""
         if self._llm is not None:

@@ -74,6 +74,22 @@ class ValidationReport:
             return None
         return float(np.median(np.abs(predicted[ok] / measured[ok] - 1.0)))
 
+    def own_variation_ape(self, column: str = "step") -> float | None:
+        """How far the run's own steps vary: each step predicted by the median of the other
+        steps measured on its split, the median absolute error of that. A model that gives one
+        time per split and stage does no better on this run; None where no split has two steps.
+        """
+        measured = self.per_step[f"measured_{column}_s"].to_numpy(np.float64)
+        splits = self.per_step["allocation"].astype(str).to_numpy()
+        errors = [
+            abs(float(np.median(others)) / measured[i] - 1.0)
+            for i in range(len(measured))
+            if measured[i] > 0
+            for others in [measured[(splits == splits[i]) & (np.arange(len(measured)) != i)]]
+            if len(others)
+        ]
+        return float(np.median(errors)) if errors else None
+
     def as_dict(self) -> dict:
         """The figures of the report, JSON-ready."""
         return {
@@ -87,6 +103,10 @@ class ValidationReport:
             "step_ape_median": self.median_step_ape,
             "step_ape_p90": self.p90_step_ape,
             "stage_ape_median": {s: self.stage_median_ape(s) for s in ("rollout", "train", "sync")},
+            "own_variation_step_ape_median": self.own_variation_ape(),
+            "own_variation_stage_ape_median": {
+                s: self.own_variation_ape(s) for s in ("rollout", "train", "sync")
+            },
             "measured_total_s": self.measured_total_s,
             "predicted_total_s": self.predicted_total_s,
             "total_time_error": self.total_time_error,
@@ -106,6 +126,7 @@ class ValidationReport:
                 for s in ("rollout", "train", "sync")
                 for e in [self.stage_median_ape(s)]
             ),
+            self._own_variation_line(),
             f"total time: measured {self.measured_total_s:.3f} s, predicted "
             f"{self.predicted_total_s:.3f} s, error {self.total_time_error:+.1%} (of which "
             f"{self.unmodelled_gap_s:.3f} s measured between steps is not modelled)",
@@ -128,6 +149,20 @@ class ValidationReport:
                     f"{row.predicted_critical_s:.3f} s ({row.critical_error:+.1%})"
                 )
         return lines
+
+    def _own_variation_line(self) -> str:
+        floor = self.own_variation_ape()
+        if floor is None:
+            return "the run's own variation: no split holds two steps"
+        stages = ", ".join(
+            f"{s} {'n/a' if e is None else f'{e:.1%}'}"
+            for s in ("rollout", "train", "sync")
+            for e in [self.own_variation_ape(s)]
+        )
+        return (
+            "the run's own variation (each step predicted by the median of the other steps on "
+            f"its split, as one time per split would): median {floor:.1%}; per stage {stages}"
+        )
 
 
 def plot_validation(report: ValidationReport, *, title: str):
