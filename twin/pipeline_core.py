@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dynaresize.policies.trusted import trusted, trusted_complete
+from dynaresize.policies.trusted import trusted
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
@@ -31,6 +31,9 @@ from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 from .resize_log import PhaseRow, ResizeLog
 
 __all__ = ["Clock", "PipelineCore"]
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 class Clock(Protocol):
@@ -137,6 +140,18 @@ class PipelineCore:
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
         self.stage_times_fields = set(StageTimes.model_fields)
+        self.candidates = costs.candidates
+        """The candidate splits, by index (read at every step)."""
+        self.plan_table: list[list[ResizePlan | None]] = [
+            [
+                None if cand == current else self.plans.between(current, cand)
+                for cand in costs.candidates
+            ]
+            for current in costs.candidates
+        ]
+        """The plan of each move, by (current, target) index: looked up twice per resize, once
+        built (None from a split to itself)."""
+        """The candidate splits, by index (read at every step)."""
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_log = ResizeLog()
@@ -187,29 +202,33 @@ class PipelineCore:
         waited_fraction: float | None = None,
         lent: bool = False,
     ) -> None:
-        now = self.clock.now
-        self.step_start[k] = self.step_start_s
+        now, current, start_s = self.clock.now, self.current, self.step_start_s
+        self.step_start[k] = start_s
         self.step_end[k] = now
         self.step_train_s[k] = train_s
-        self.step_allocation[k] = self.current
+        self.step_allocation[k] = current
         self.step_resize_id[k] = resize_id
-        self.recent.append(
-            trusted_complete(
-                StageTimes,
-                {
-                    "step": k,
-                    "allocation": self.costs.candidates[self.current],
-                    "rollout_s": self.batch_rollout_s[k],
-                    "train_s": train_s,
-                    "sync_s": self.sync_s[self.current],
-                    "step_s": now - self.step_start_s,
-                    "wait_s": wait_s,
-                    "waited_fraction": waited_fraction,
-                    "lent": lent,
-                },
-                self.stage_times_fields,
-            )
+        # `trusted_complete` written out in place, as in `_observe`.
+        times = _new(StageTimes)
+        _set(
+            times,
+            "__dict__",
+            {
+                "step": k,
+                "allocation": self.candidates[current],
+                "rollout_s": self.batch_rollout_s[k],
+                "train_s": train_s,
+                "sync_s": self.sync_s[current],
+                "step_s": now - start_s,
+                "wait_s": wait_s,
+                "waited_fraction": waited_fraction,
+                "lent": lent,
+            },
         )
+        _set(times, "__pydantic_fields_set__", self.stage_times_fields)
+        _set(times, "__pydantic_extra__", None)
+        _set(times, "__pydantic_private__", None)
+        self.recent.append(times)
 
     _record = _record_step
     """Step k's records (a pipeline that follows samples adds how training waited)."""
@@ -251,22 +270,29 @@ class PipelineCore:
         }
 
     def _observe(self, k: int) -> StepObservation:
+        # The hot path: each prediction is `trusted_complete` written out in place (one call
+        # fewer per candidate per step), its dict a copy of the template plus the step time.
         fields = self.prediction_fields
         templates, predicted = self.prediction_templates[self.current], self.predicted[k]
-        candidates = tuple(
-            [
-                trusted_complete(CandidatePrediction, {**template, "predicted_step_s": x}, fields)
-                for template, x in zip(templates, predicted, strict=True)
-            ]
-        )
+        new, put, prediction = _new, _set, CandidatePrediction
+        candidates = []
+        for template, step_s in zip(templates, predicted, strict=True):
+            values = template.copy()
+            values["predicted_step_s"] = step_s
+            obj = new(prediction)
+            put(obj, "__dict__", values)
+            put(obj, "__pydantic_fields_set__", fields)
+            put(obj, "__pydantic_extra__", None)
+            put(obj, "__pydantic_private__", None)
+            candidates.append(obj)
         since = None if self.last_resize_step is None else k - self.last_resize_step
         return trusted(
             StepObservation,
             step=k,
             now_s=self.clock.now,
-            allocation=self.costs.candidates[self.current],
+            allocation=self.candidates[self.current],
             recent=tuple(self.recent),
-            candidates=candidates,
+            candidates=tuple(candidates),
             steps_since_resize=since,
             remaining_steps=self.num_steps - k - 1,
             measured_resize_costs_s=self.measured_resize_costs_s,
@@ -313,8 +339,11 @@ class PipelineCore:
         return self.costs.index(allocation)
 
     def _plan_to(self, target: int) -> ResizePlan:
-        candidates = self.costs.candidates
-        return self.plans.between(candidates[self.current], candidates[target])
+        plan = self.plan_table[self.current][target]
+        if plan is None:  # a move to the current split itself: no plan is kept for it
+            candidates = self.costs.candidates
+            return self.plans.between(candidates[self.current], candidates[target])
+        return plan
 
     def _plan_rows(self, target: int) -> tuple[list[PhaseRow], tuple[str, str, str]]:
         """The phases of the plan from the current split to `target` as plain tuples, and its
