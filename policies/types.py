@@ -243,6 +243,8 @@ class StepObservation(BaseModel):
 _train_gpus = attrgetter("train_gpus")
 _HOLD_FIELDS_SET = {"kind", "reason"}
 """What a validated `Decision.hold(reason)` counts as given, shared by every such decision."""
+_RESIZE_FIELDS_SET = {"kind", "target", "reason"}
+"""What a validated `Decision.resize(target, reason)` counts as given, likewise."""
 
 
 class DecisionKind(str, Enum):
@@ -301,6 +303,11 @@ class Decision(BaseModel):
     def resize(
         cls, target: Allocation, reason: str = "", *, lend: LendAction | None = None
     ) -> Decision:
+        if lend is None and type(target) is Allocation and type(reason) is str:
+            # Valid by construction, as `hold`: validation would keep the allocation instance
+            # as given and check only that a resize has a target, which it has.
+            values = {"kind": DecisionKind.RESIZE, "target": target, "reason": reason, "lend": None}
+            return trusted_complete(cls, values, _RESIZE_FIELDS_SET)
         if lend is None:
             return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
         return cls(kind=DecisionKind.RESIZE, target=target, reason=reason, lend=lend)
