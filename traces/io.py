@@ -78,17 +78,21 @@ def _atomic_dir(path: Path, write_body) -> None:
 # --- reading ------------------------------------------------------------------------------
 
 
-def read_trace(path: str | os.PathLike, *, lenient: bool = False) -> Trace:
+def read_trace(
+    path: str | os.PathLike, *, lenient: bool = False, samples_as_lengths: bool = False
+) -> Trace:
     """Read and validate a trace written by `write_trace` or `JsonlTraceWriter`.
 
     Strict by default: the first problem raises TraceError naming file, line or row, and field.
-    With `lenient=True` bad rows are dropped and listed in `Trace.skipped`.
+    With `lenient=True` bad rows are dropped and listed in `Trace.skipped`. With
+    `samples_as_lengths`, a Parquet directory's samples are read into `Trace.sample_lengths`
+    a block at a time instead of a frame (what a replay needs, in a fraction of the memory).
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(2, "No such file or directory", str(path))
     if path.is_dir():
-        trace = read_parquet_dir(path, lenient=lenient)
+        trace = read_parquet_dir(path, lenient=lenient, samples_as_lengths=samples_as_lengths)
     elif path.suffix == ".parquet":
         trace = read_parquet_steps_file(path, lenient=lenient)
     else:

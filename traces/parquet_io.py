@@ -17,9 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
+from .arrow_frame import arrow_frame, check_plain_types, unreadable
 from .errors import TraceError
+from .sample_lengths import read_sample_lengths
 from .schema import RunMeta, StepRecord
-from .trace import TABLES, Trace, meta_from_dict, plain_arrow_type, plain_column
+from .trace import TABLES, Trace, meta_from_dict, plain_column
 from .validation import (
     ColumnKind,
     SkippedRow,
@@ -109,27 +111,32 @@ def _read_parquet_table(path: Path) -> pd.DataFrame:
     try:
         table = pq.read_table(path)
     except (pa.ArrowException, OSError) as err:
-        raise TraceError(
-            f"not a readable Parquet file (truncated or corrupt?): {err}", source=str(path)
-        ) from None
-    columns = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        if not plain_arrow_type(column.type):
-            raise TraceError(
-                f"column type {column.type} is not allowed in a trace", source=str(path), field=name
-            )
-        columns[name] = pd.Series(column.to_numpy(zero_copy_only=False), dtype=None)
-    return pd.DataFrame(columns, index=pd.RangeIndex(table.num_rows))
+        raise unreadable(path, err) from None
+    check_plain_types(table.schema, path)
+    return arrow_frame(table)
 
 
-def read_parquet_dir(directory: Path, *, lenient: bool) -> Trace:
+def read_parquet_dir(directory: Path, *, lenient: bool, samples_as_lengths: bool = False) -> Trace:
+    """The trace in `directory`; with `samples_as_lengths`, the samples are read a block at a
+    time into their lengths alone (`Trace.sample_lengths`, see traces/sample_lengths.py)."""
     steps_path = directory / "steps.parquet"
     if not steps_path.exists():
         raise TraceError("not a trace directory: steps.parquet is missing", source=str(directory))
     skipped: list[SkippedRow] = []
     frames = {}
+    lengths, orphans = None, None
+    samples_file = directory / "samples.parquet"
     for table, model in TABLES.items():
         file = directory / f"{table}.parquet"
+        if table == "samples" and samples_as_lengths and file.exists():
+            frames[table] = empty_frame(model)
+            lengths, orphans = read_sample_lengths(
+                file,
+                step_ids=frames["steps"]["step"].to_numpy(np.int64),
+                lenient=lenient,
+                skipped=skipped,
+            )
+            continue
         if not file.exists():
             frames[table] = empty_frame(model)
             continue
@@ -143,16 +150,16 @@ def read_parquet_dir(directory: Path, *, lenient: bool) -> Trace:
         )
     meta = _read_meta_file(directory / "meta.json", source_path=str(directory))
     read_notes = check_step_numbering(frames["steps"], source=str(steps_path), lenient=lenient)
-    frames["samples"], orphan_notes = drop_orphan_samples(
-        frames["samples"],
-        frames["steps"],
-        source=str(directory / "samples.parquet"),
-        lenient=lenient,
-    )
-    read_notes += orphan_notes
+    if orphans is not None:
+        read_notes += orphans.settle(source=str(samples_file), lenient=lenient)
+    else:
+        frames["samples"], orphan_notes = drop_orphan_samples(
+            frames["samples"], frames["steps"], source=str(samples_file), lenient=lenient
+        )
+        read_notes += orphan_notes
     if read_notes:
         meta = meta.model_copy(update={"notes": [*meta.notes, *read_notes]})
-    return Trace(meta=meta, skipped=skipped, **frames)
+    return Trace(meta=meta, skipped=skipped, sample_lengths=lengths, **frames)
 
 
 def read_parquet_steps_file(path: Path, *, lenient: bool) -> Trace:

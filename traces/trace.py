@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
@@ -26,6 +27,9 @@ from .schema import (
 )
 from .validation import ColumnKind, SkippedRow, empty_frame, summarize_skipped, validate_frame
 from .workload import Workload
+
+if TYPE_CHECKING:
+    from .sample_lengths import SampleLengths
 from .workload_inference import infer_workload, inference_notes
 
 TABLES: dict[str, type[BaseModel]] = {
@@ -62,6 +66,9 @@ class Trace:
     extras: pd.DataFrame = field(default_factory=lambda: empty_frame(ExtraMetricRecord))
     skipped: list[SkippedRow] = field(default_factory=list)
     """Rows lenient reading dropped (empty after a strict read)."""
+    sample_lengths: SampleLengths | None = None
+    """The samples read straight into their lengths (`read_trace(..., samples_as_lengths=True)`,
+    what a replay reads); `samples` then holds no rows."""
 
     @classmethod
     def from_records(
@@ -95,7 +102,7 @@ class Trace:
 
     def workload_notes(self) -> list[str]:
         """What `to_workload` has to infer because the trace lacks per-sample lengths."""
-        return inference_notes(self.steps, self.samples)
+        return inference_notes(self.steps, self.sample_frame())
 
     def to_workload(self) -> Workload:
         """Per-sample lengths of every step, in step order; inferred where not recorded.
@@ -103,7 +110,13 @@ class Trace:
         Steps without sample records get lengths synthesized from their recorded statistics;
         `workload_notes()` says exactly what was synthesized.
         """
-        return infer_workload(self.steps, self.samples, name=self._name()).workload
+        return infer_workload(self.steps, self.sample_frame(), name=self._name()).workload
+
+    def sample_frame(self) -> pd.DataFrame:
+        """The samples as a table: `samples`, or the lengths read without one."""
+        if self.sample_lengths is not None:
+            return self.sample_lengths.frame()
+        return self.samples
 
     def _name(self) -> str:
         return Path(self.meta.source_path).stem if self.meta.source_path else self.meta.source

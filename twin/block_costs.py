@@ -1,8 +1,9 @@
 """The step costs of a context, built from its workload a block of steps at a time.
 
 Every quantity here is per step (stage times on every candidate, tokens, length statistics),
-so a block's rows are the whole run's rows for its steps: a generated workload too large to
-hold cheaply is drawn a block at a time (`traces.synthetic.workload_blocks`), each block's
+so a block's rows are the whole run's rows for its steps: a held workload (a trace's) is costed
+a block at a time, so the per-sample temporaries are those of one block, and a generated
+workload too large to hold cheaply is drawn a block at a time (`traces.synthetic.workload_blocks`), each block's
 per-sample arrays let go once its steps are costed, and the result is the same, bit for bit,
 as costing the whole workload at once.
 """
@@ -81,6 +82,23 @@ def _step_stats(workload: Workload, tokens: np.ndarray) -> pd.DataFrame:
     )
 
 
+def held_blocks(held: Workload, block_samples: int) -> list[tuple[int, Workload]]:
+    """A held workload as blocks of whole steps of about `block_samples` samples: (first step,
+    block). Only a workload whose steps all hold the same number of samples is cut (its blocks
+    then take the same path through `_step_stats` as the whole); any other is one block."""
+    sizes = np.diff(held.step_offsets)
+    n = held.num_steps
+    if n == 0 or not np.all(sizes == sizes[0]) or sizes[0] == 0:
+        return [(0, held)]
+    steps_per_block = max(1, block_samples // int(sizes[0]))
+    if steps_per_block >= n:
+        return [(0, held)]
+    return [
+        (first, held.slice_steps(first, min(first + steps_per_block, n)))
+        for first in range(0, n, steps_per_block)
+    ]
+
+
 def holds_samples(config: ScenarioConfig) -> bool:
     """Whether a run of `config` reads every sample's lengths while it runs (lending and
     partial rollout go sample by sample); the others read only step-level costs."""
@@ -122,7 +140,10 @@ def step_costs_by_block(
     generated one a block of steps at a time, each block's samples let go once its steps are
     costed (every quantity here is per step, so the blocks' rows are the whole run's rows)."""
     if held is not None:
-        parts = [block_costs(config, costs, held, starts_run=True)]
+        parts = [
+            block_costs(config, costs, block, starts_run=first == 0)
+            for first, block in held_blocks(held, CONTEXT_BLOCK_SAMPLES)
+        ]
     else:
         blocks = workload_blocks(
             config.workload,

@@ -38,13 +38,16 @@ def open_trace(
     facts: RunFacts | None = None,
     config_split: Allocation | None = None,
     config_name: str | os.PathLike | None = None,
+    samples_as_lengths: bool = False,
 ) -> Trace:
     """The trace at `path`, imported from a foreign format when needed (raises TraceError).
 
     A foreign log's run facts come from, in order: `facts` (the user's flags), its sidecar file,
     and for the split `config_split` (the initial split of the config `config_name`); what none
     of them says the importer infers or assumes and notes. A GPU count the log contradicts is
-    refused naming the log and the input that gave the count."""
+    refused naming the log and the input that gave the count. `samples_as_lengths` reads a
+    native trace's samples into their lengths alone (`Trace.sample_lengths`: what
+    `trace_workload` needs, a block at a time)."""
     location = Path(path)
     if not location.exists():
         raise FileNotFoundError(2, "no such trace", str(location))
@@ -54,6 +57,7 @@ def open_trace(
         facts=facts or RunFacts(),
         config_split=config_split,
         config_name=config_name,
+        samples_as_lengths=samples_as_lengths,
     )
     check_replayable(trace)
     return trace
@@ -66,9 +70,10 @@ def _open(
     facts: RunFacts,
     config_split: Allocation | None,
     config_name: str | os.PathLike | None,
+    samples_as_lengths: bool = False,
 ) -> Trace:
     if detect_format(location) is TraceFormat.NATIVE:
-        return import_trace(location, lenient=lenient)
+        return import_trace(location, lenient=lenient, samples_as_lengths=samples_as_lengths)
     sidecar = sidecar_options(location)
     options = facts.import_options(sidecar)
     said: list[str] = []
@@ -169,7 +174,13 @@ def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
     """
     check_replayable(trace)
     steps = trace.steps["step"].to_numpy(np.int64)
-    samples = trace.samples
+    lengths = trace.sample_lengths
+    if lengths is not None:
+        ordered = len(steps) and np.all(np.diff(steps) > 0)
+        held = lengths.workload_for(steps, name=_trace_name(trace)) if ordered else None
+        if held is not None:
+            return held, []
+    samples = trace.sample_frame()
     if len(samples) and len(steps) and np.all(np.diff(steps) > 0):
         sample_step = samples["step"].to_numpy(np.int64)
         order = np.lexsort((samples["sample_index"].to_numpy(np.int64), sample_step))

@@ -93,15 +93,17 @@ def import_trace(
     options: ImportOptions | None = None,
     lenient: bool = False,
     facts_source: str | None = None,
+    samples_as_lengths: bool = False,
 ) -> Trace:
     """Read any supported trace or log into a `Trace`; `trace.meta.notes` lists what was
     inferred and `trace.skipped` what lenient reading dropped. `facts_source` names where the GPU
     count in `options` came from (default: the sidecar, by its path), for an error when the log
-    contradicts it: the user must know which input to correct."""
+    contradicts it: the user must know which input to correct. `samples_as_lengths` reads a native
+    trace's samples into their lengths alone (`read_trace`)."""
     path = Path(path)
     kind = detect_format(path) if format == "auto" else TraceFormat(format)
     if kind is TraceFormat.NATIVE:
-        return read_trace(path, lenient=lenient)
+        return read_trace(path, lenient=lenient, samples_as_lengths=samples_as_lengths)
     from_sidecar = options is None and sidecar_path(path).is_file()
     options = options if options is not None else sidecar_options(path)
     if kind is TraceFormat.VERL:

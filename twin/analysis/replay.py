@@ -338,7 +338,14 @@ def run_replay(
     scenario = load_config(config) if isinstance(config, str | os.PathLike) else config
     split = scenario.cluster.initial_allocation if scenario is not None else None
     named = config if isinstance(config, str | os.PathLike) else config_name
-    loaded = open_trace(trace, lenient=lenient, facts=facts, config_split=split, config_name=named)
+    loaded = open_trace(
+        trace,
+        lenient=lenient,
+        facts=facts,
+        config_split=split,
+        config_name=named,
+        samples_as_lengths=True,
+    )
     context = context_from_config(scenario, [loaded], costs_path=costs, facts=facts)
     if strict:
         refuse_assumed(context.assumed)

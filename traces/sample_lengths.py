@@ -1,0 +1,318 @@
+"""A trace's samples read a block of rows at a time into the per-sample lengths a replay needs.
+
+A long run's samples table holds tens of millions of rows; read whole into pandas it takes
+several bytes of memory per value and seconds per column. A replay needs only each sample's
+prompt and response lengths in (step, sample_index) order, so `read_sample_lengths` reads the
+file a block of rows at a time, checks every column of the block (a block numpy finds clean is
+clean; any other goes through `validate_frame`, which names the row and field exactly as a whole
+read would) and keeps the two lengths and the run of samples of each step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .arrow_frame import arrow_frame, check_plain_types, unreadable
+from .column_specs import ColumnKind, ColumnSpec, column_specs, upper_bound
+from .errors import TraceError
+from .schema import SCHEMA_VERSION, SampleRecord
+from .validation import SkippedRow, validate_frame
+from .workload import Workload
+
+__all__ = ["SAMPLE_BLOCK_ROWS", "OrphanSamples", "SampleLengths", "read_sample_lengths"]
+
+SAMPLE_BLOCK_ROWS = 1 << 20
+"""Rows of the samples file read and checked at a time."""
+
+_KEPT = ("step", "sample_index", "prompt_tokens", "response_tokens")
+
+
+@dataclass(frozen=True)
+class SampleLengths:
+    """Every kept sample's lengths in (step, sample_index) order, and the steps they belong to:
+    `step_ids[k]` owns `counts[k]` consecutive samples."""
+
+    step_ids: np.ndarray
+    counts: np.ndarray
+    prompt_tokens: np.ndarray
+    response_tokens: np.ndarray
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.prompt_tokens)
+
+    def workload_for(self, steps: np.ndarray, *, name: str) -> Workload | None:
+        """The workload of `steps` when every one of them has samples and no sample belongs to
+        another step; None otherwise (the caller infers what is missing)."""
+        if not np.array_equal(self.step_ids, steps):
+            return None
+        offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        return Workload(self.prompt_tokens, self.response_tokens, offsets, name=name)
+
+    def frame(self) -> pd.DataFrame:
+        """The samples as a table of step, rank within the step (as `sample_index`, which
+        keeps their order) and lengths, for the inference of steps without samples."""
+        starts = np.repeat(np.cumsum(self.counts) - self.counts, self.counts)
+        return pd.DataFrame(
+            {
+                "step": np.repeat(self.step_ids, self.counts),
+                "sample_index": np.arange(self.num_samples, dtype=np.int64) - starts,
+                "prompt_tokens": self.prompt_tokens,
+                "response_tokens": self.response_tokens,
+            }
+        )
+
+
+@dataclass
+class OrphanSamples:
+    """Samples of steps the trace has no record of: their count, first row and steps."""
+
+    count: int = 0
+    first_row: int | None = None
+    first_step: int | None = None
+    steps: set[int] = field(default_factory=set)
+
+    def settle(self, *, source: str, lenient: bool) -> list[str]:
+        """Raise at the first orphan (strict), or the note saying what was dropped (lenient),
+        worded as `step_consistency.drop_orphan_samples` words them."""
+        if not self.count:
+            return []
+        if not lenient:
+            raise TraceError(
+                f"a sample of step {self.first_step}, which has no step record in the trace",
+                source=source,
+                field="step",
+                row=self.first_row,
+            )
+        return [
+            f"{self.count} samples of {len(self.steps)} step(s) without a step record "
+            f"(first: step {min(self.steps)}) were dropped"
+        ]
+
+
+def _numeric_clean(column: pa.ChunkedArray, spec: ColumnSpec) -> bool:
+    """Whether `validate_frame` would accept this numeric column as it is (conservative)."""
+    t = column.type
+    if pa.types.is_null(t):
+        return spec.nullable
+    signed_int = pa.types.is_signed_integer(t)
+    if not (signed_int or (spec.kind is ColumnKind.FLOAT and pa.types.is_floating(t))):
+        return False
+    if column.null_count and not spec.nullable:
+        return False
+    nums = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    finite = np.isfinite(nums)
+    if np.isinf(nums).any():
+        return False
+    if not spec.nullable and not finite.all():
+        return False
+    if spec.ge is not None and (finite & (nums < spec.ge)).any():
+        return False
+    limit, _ = upper_bound(spec.name)
+    if (finite & (nums > limit)).any():
+        return False
+    return spec.name != "schema_version" or bool((nums == SCHEMA_VERSION).all())
+
+
+def _block_clean(block: pa.Table, specs: tuple[ColumnSpec, ...]) -> bool:
+    """Whether every column of the block passes as `validate_frame` checks it; False means
+    only "look closer": the block then goes through `validate_frame` itself."""
+    for spec in specs:
+        if spec.name not in block.column_names:
+            continue
+        column = block.column(spec.name)
+        if spec.kind in (ColumnKind.INT, ColumnKind.FLOAT):
+            if not _numeric_clean(column, spec):
+                return False
+        elif spec.kind is ColumnKind.STR and spec.choices is None and spec.nullable:
+            t = column.type
+            if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+                return False
+        else:
+            return False
+    return True
+
+
+def _kept_columns(
+    block: pa.Table,
+    specs: tuple[ColumnSpec, ...],
+    *,
+    first_row: int,
+    source: str,
+    lenient: bool,
+    skipped: list[SkippedRow],
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """(file rows, step) and the kept columns of the block's valid rows, as int64."""
+    rows = np.arange(first_row, first_row + block.num_rows, dtype=np.int64)
+    if _block_clean(block, specs):
+        kept = [block.column(c).to_numpy().astype(np.int64, copy=False) for c in _KEPT]
+        return rows, kept[0], kept
+    frame = validate_frame(
+        arrow_frame(block),
+        SampleRecord,
+        table="samples",
+        source=source,
+        positions=rows,
+        lenient=lenient,
+        skipped=skipped,
+    )
+    if len(frame) < block.num_rows:  # lenient reading dropped rows: which ones is not kept
+        rows = np.full(len(frame), -1, dtype=np.int64)
+    kept = [frame[c].to_numpy(np.int64) for c in _KEPT]
+    return rows, kept[0], kept
+
+
+def read_sample_lengths(
+    path: Path,
+    *,
+    step_ids: np.ndarray,
+    lenient: bool,
+    skipped: list[SkippedRow],
+) -> tuple[SampleLengths, OrphanSamples]:
+    """The samples file's lengths (see the module doc); samples of steps not in `step_ids`
+    are left out and described in the second value, for the caller to refuse or note."""
+    source = str(path)
+    try:
+        parquet = pq.ParquetFile(path)
+        check_plain_types(parquet.schema_arrow, path)
+        specs = column_specs(SampleRecord)
+        _check_columns(parquet.schema_arrow.names, specs, source, parquet.metadata.num_rows)
+        found: list[SkippedRow] = []
+        read = _read_blocks(
+            parquet, specs, step_ids=step_ids, source=source, lenient=lenient, skipped=found
+        )
+        if read is None:  # not in (step, sample_index) order: read again keeping the keys
+            found = []
+            read = _read_blocks(
+                parquet,
+                specs,
+                step_ids=step_ids,
+                source=source,
+                lenient=lenient,
+                skipped=found,
+                keep_keys=True,
+            )
+        assert read is not None
+        lengths, orphans = read
+        skipped.extend(found)
+    except (pa.ArrowException, OSError) as err:
+        raise unreadable(path, err) from None
+    return lengths, orphans
+
+
+def _check_columns(names: list[str], specs, source: str, num_rows: int) -> None:
+    known = {s.name for s in specs}
+    unknown = [c for c in names if c not in known]
+    if unknown:
+        raise TraceError(
+            f"unknown column(s) {unknown} for table 'samples'", source=source, field=unknown[0]
+        )
+    missing = [s.name for s in specs if s.required and s.name not in names]
+    if missing and num_rows:
+        raise TraceError(
+            "required column missing from table 'samples'", source=source, field=missing[0]
+        )
+
+
+def _read_blocks(
+    parquet: pq.ParquetFile,
+    specs: tuple[ColumnSpec, ...],
+    *,
+    step_ids: np.ndarray,
+    source: str,
+    lenient: bool,
+    skipped: list[SkippedRow],
+    keep_keys: bool = False,
+) -> tuple[SampleLengths, OrphanSamples] | None:
+    """The lengths, or None (without `keep_keys`) on finding the samples out of order."""
+    total = parquet.metadata.num_rows
+    prompt = np.empty(total, dtype=np.int64)
+    response = np.empty(total, dtype=np.int64)
+    order_keys: list[tuple[np.ndarray, np.ndarray]] = []
+    run_ids: list[np.ndarray] = []
+    run_counts: list[np.ndarray] = []
+    orphans = OrphanSamples()
+    filled, first_row = 0, 0
+    last: tuple[int, int] | None = None
+    for batch in parquet.iter_batches(batch_size=SAMPLE_BLOCK_ROWS):
+        block = pa.Table.from_batches([batch])
+        rows, step, (_, index, p, r) = _kept_columns(
+            block, specs, first_row=first_row, source=source, lenient=lenient, skipped=skipped
+        )
+        first_row += block.num_rows
+        known = np.isin(step, step_ids)
+        if not known.all():
+            _note_orphans(orphans, step, rows, known)
+            step, index, p, r = step[known], index[known], p[known], r[known]
+        n = len(step)
+        if n == 0:
+            continue
+        prompt[filled : filled + n], response[filled : filled + n] = p, r
+        filled += n
+        if keep_keys:
+            order_keys.append((step, index))
+            continue
+        if not _in_order(step, index, last):
+            return None
+        last = (int(step[-1]), int(index[-1]))
+        ids, counts = _runs(step)
+        run_ids.append(ids)
+        run_counts.append(counts)
+    prompt, response = prompt[:filled], response[:filled]
+    if not keep_keys:
+        ids = np.concatenate(run_ids) if run_ids else np.zeros(0, np.int64)
+        counts = np.concatenate(run_counts) if run_counts else np.zeros(0, np.int64)
+        ids, counts = _merge_runs(ids, counts)
+        return SampleLengths(ids, counts, prompt, response), orphans
+    return _sorted_lengths(order_keys, prompt, response), orphans
+
+
+def _note_orphans(
+    orphans: OrphanSamples, step: np.ndarray, rows: np.ndarray, known: np.ndarray
+) -> None:
+    where = np.flatnonzero(~known)
+    if orphans.first_row is None:
+        orphans.first_row, orphans.first_step = int(rows[where[0]]), int(step[where[0]])
+    orphans.count += len(where)
+    orphans.steps.update(int(s) for s in np.unique(step[where]))
+
+
+def _in_order(step: np.ndarray, index: np.ndarray, last: tuple[int, int] | None) -> bool:
+    """Whether (step, sample_index) never falls within the block nor from the last block."""
+    if last is not None and (int(step[0]), int(index[0])) < last:
+        return False
+    ds = np.diff(step)
+    return bool(((ds > 0) | ((ds == 0) & (np.diff(index) >= 0))).all())
+
+
+def _runs(step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.flatnonzero(np.concatenate([[True], step[1:] != step[:-1]]))
+    counts = np.diff(np.concatenate([starts, [len(step)]]))
+    return step[starts], counts.astype(np.int64)
+
+
+def _merge_runs(ids: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Runs of one step split across blocks joined into one."""
+    if len(ids) < 2:
+        return ids, counts
+    new = np.concatenate([[True], ids[1:] != ids[:-1]])
+    group = np.cumsum(new) - 1
+    return ids[new], np.bincount(group, weights=counts).astype(np.int64)
+
+
+def _sorted_lengths(
+    keys: list[tuple[np.ndarray, np.ndarray]], prompt: np.ndarray, response: np.ndarray
+) -> SampleLengths:
+    """Samples not written in (step, sample_index) order, put in it (stable, as a sort of the
+    whole table by those columns would)."""
+    step = np.concatenate([k[0] for k in keys])
+    index = np.concatenate([k[1] for k in keys])
+    order = np.lexsort((index, step))
+    ids, counts = _runs(step[order])
+    return SampleLengths(ids, counts, prompt[order], response[order])
