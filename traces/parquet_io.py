@@ -6,7 +6,9 @@ corrupt or truncated file is reported as such, naming it.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -46,7 +48,22 @@ def arrow_schema(model: type[BaseModel]) -> pa.Schema:
 
 
 TableFile = Path | Callable[[Path], object]
-"""A table given as a file to copy, or as a function that writes it at the path given."""
+"""A table given as a file to link (or copy), or as a function that writes it at the path
+given."""
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    """Put the file `source` at the new path `target`: a hard link where the file system allows
+    one (a run folder's samples table, hundreds of MB at a million steps, is then on disk once
+    however many policy folders hold it), else a copy. `target` must not exist: nothing already
+    there is replaced."""
+    try:
+        os.link(source, target)
+    except OSError as err:
+        if err.errno == errno.EEXIST:
+            raise
+        shutil.copyfile(source, target)
+
 
 ROWS_PER_CHUNK = 1 << 20
 """Rows converted and written at a time (pyarrow's default row group): a table of any length
@@ -85,14 +102,14 @@ def _chunk_table(df: pd.DataFrame, lo: int, model: type[BaseModel], schema: pa.S
 def write_parquet_dir(
     directory: Path, trace: Trace, *, table_files: Mapping[str, TableFile] | None = None
 ) -> None:
-    """meta.json and a Parquet file per table; a table in `table_files` is copied from the file
-    given, or written by the function given, instead."""
+    """meta.json and a Parquet file per table; a table in `table_files` is linked to (or copied
+    from) the file given, or written by the function given, instead."""
     (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
     for table, model in TABLES.items():
         if table_files and table in table_files:
             source = table_files[table]
             if isinstance(source, Path):
-                shutil.copyfile(source, directory / f"{table}.parquet")
+                link_or_copy(source, directory / f"{table}.parquet")
             else:
                 source(directory / f"{table}.parquet")
             continue

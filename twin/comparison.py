@@ -192,9 +192,9 @@ def _write_run(
 
     The samples table is the run's own where it went sample by sample (finish times and
     resumes); else the workload's, so that the folder can be replayed or calibrated from with
-    the lengths simulated: a copy of `samples_file`, where that table is already written once
-    for every run (None: written here, from the workload's blocks), rather than the table
-    validated and converted again.
+    the lengths simulated: a hard link to (or a copy of) `samples_file`, where that table is
+    already written once for every run (None: written here, from the workload's blocks), rather
+    than the table validated and converted again.
     """
     # The writers load pandas and pyarrow: imported once there is something to write, so that
     # the command's path to the simulation loads neither.
@@ -253,11 +253,24 @@ def _write_run(
 TIMELINE_FILES = ("timeline.svg", "timeline.png")
 
 
+def _linked(name: str) -> bool:
+    """Files of a run folder written once and never again while the folder is staged: the
+    tables and the Chrome trace (summary.json, for one, is rewritten with every policy's)."""
+    return name.endswith(".parquet") or name == "trace.json"
+
+
 def _copy_files(source: Path, folder: Path, *, leave_out: Sequence[str]) -> None:
-    """Every file directly in `source` but those named, copied into a new `folder`."""
+    """Every file directly in `source` but those named, put into a new `folder`: the large ones
+    as hard links where the file system allows (else copies), the rest copied."""
+    from dynaresize.traces.parquet_io import link_or_copy
+
     folder.mkdir(parents=True)
     for item in source.iterdir():
-        if item.is_file() and item.name not in leave_out:
+        if not item.is_file() or item.name in leave_out:
+            continue
+        if _linked(item.name):
+            link_or_copy(item, folder / item.name)
+        else:
             shutil.copy2(item, folder / item.name)
 
 
@@ -346,7 +359,7 @@ def write_comparison(
             samples_file=None,
         )
         # One workload for every run: its samples table written once, a chunk at a time,
-        # straight from its arrays, and copied where a run has no samples of its own.
+        # straight from its arrays, and linked where a run has no samples of its own.
         shared = staging / "samples.parquet"
         if comparison.runs[first].samples is not None:
             shared = staging / ".workload-samples.parquet"
@@ -354,7 +367,7 @@ def write_comparison(
                 write_workload_samples(shared, comparison.context.workload_blocks(ROWS_PER_CHUNK))
         if len(names) > 1:
             # The first run's tables and traces head the folder and fill its policy folder:
-            # copied there, not validated and written twice. One picture per run folder is
+            # linked there, not validated and written twice. One picture per run folder is
             # enough to read it; drawing one per policy would cost more than simulating them.
             _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
             for name in names[1:]:

@@ -37,3 +37,47 @@ def test_every_run_folder_holds_the_simulated_samples(folder):
         assert np.array_equal(replayed.response_tokens, workload.response_tokens)
         assert np.array_equal(replayed.prompt_tokens, workload.prompt_tokens)
         assert np.array_equal(replayed.step_offsets, workload.step_offsets)
+
+
+def test_the_samples_table_is_on_disk_once_however_many_folders_hold_it(folder):
+    out, comparison = folder
+    folders = [out] + [out / "policies" / name for name in comparison.runs]
+    files = [f / "samples.parquet" for f in folders]
+    assert len({f.stat().st_ino for f in files}) == 1
+    assert files[0].stat().st_nlink == len(files)
+    # the first policy's tables and trace are the top folder's, linked too
+    first = out / "policies" / next(iter(comparison.runs))
+    for name in ("steps.parquet", "trace.json"):
+        assert (first / name).stat().st_ino == (out / name).stat().st_ino
+    # summary.json differs (the top one holds every policy's): never a link
+    assert (first / "summary.json").read_text() != (out / "summary.json").read_text()
+
+
+def test_where_links_fail_the_folders_get_copies(tmp_path, monkeypatch):
+    import os
+
+    def refuse(*_args):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+    config = scenario()
+    policies = [parse_policy_config({"kind": kind}) for kind in ("hysteresis", "greedy")]
+    comparison = run_comparison(config, policies)
+    out = tmp_path / "out"
+    write_comparison(comparison, out, resolved_config=config.model_dump(mode="json"))
+    files = [out / "samples.parquet"] + [
+        out / "policies" / name / "samples.parquet" for name in comparison.runs
+    ]
+    assert len({f.stat().st_ino for f in files}) == len(files)
+    assert len({f.read_bytes() for f in files}) == 1
+
+
+def test_a_link_never_replaces_a_file(tmp_path):
+    from dynaresize.traces.parquet_io import link_or_copy
+
+    source, target = tmp_path / "a", tmp_path / "b"
+    source.write_text("new")
+    target.write_text("kept")
+    with pytest.raises(FileExistsError):
+        link_or_copy(source, target)
+    assert target.read_text() == "kept"
