@@ -167,9 +167,7 @@ def stage_events(events: TraceEvents, steps: RecordColumns, mode: PipelineMode |
         train_start = start
     next_rollout_s = np.append(rollout_s[1:], 0.0)
     next_batch = np.append(batch[1:], 0)
-    listed = np.column_stack(
-        [np.ones(n, bool), own, following, np.ones(n, bool), np.ones(n, bool)]
-    )
+    listed = np.column_stack([np.ones(n, bool), own, following, np.ones(n, bool), np.ones(n, bool)])
     lo = np.column_stack([start, start, train_start, train_start, end - sync_s])
     hi = np.column_stack(
         [end, start + rollout_s, train_start + next_rollout_s, train_start + train_s, end]

@@ -8,7 +8,13 @@ of it in importing matplotlib; this writer produces the same two panels as plain
 few milliseconds, and any browser shows it. `dynaresize.twin.plots.plot_timeline` still draws
 the matplotlib figure for notebooks.
 
-What it may import: numpy and pandas; nothing of the project.
+A run of more steps than a panel has pixel columns is drawn a column at a time
+(`timeline_columns`): each line's envelope (first, lowest, highest and last point of every
+column), one resize marker per column that holds resizes (the longest stall, the last target;
+labels kept apart), the split each column ends on, and the columns a stall touches. The file
+stays a few hundred kB at a million steps; a shorter run is drawn point for point as before.
+
+What it may import: numpy and pandas; nothing of the project but `traces/` itself.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from .timeline_columns import column_envelope, column_of, columns_held, columns_touched
 
 __all__ = ["timeline_svg", "write_timeline_svg"]
 
@@ -125,22 +133,37 @@ def _legend(panel: _Panel, entries: list[tuple[str, str, str]]) -> list[str]:
     return out
 
 
+def _resize_record_spans(resizes: pd.DataFrame) -> pd.DataFrame:
+    """`_resize_spans` from resize records, a column at a time: a resize's critical span is
+    that of its critical phases (of all phases if no resize of the run has one); a resize with
+    none where others have them has no span."""
+    ids = resizes["resize_id"].to_numpy(np.int64)
+    start, end = resizes["start_s"].to_numpy(float), resizes["end_s"].to_numpy(float)
+    critical = resizes["critical"].to_numpy(bool)
+    used = critical if critical.any() else np.ones(len(ids), dtype=bool)
+    unique, inverse = np.unique(ids, return_inverse=True)
+    lo, hi = np.full(len(unique), np.inf), np.full(len(unique), -np.inf)
+    np.minimum.at(lo, inverse[used], start[used])
+    np.maximum.at(hi, inverse[used], end[used])
+    by_start = np.lexsort((start, inverse))
+    first = by_start[np.searchsorted(inverse[by_start], np.arange(len(unique)))]
+    targets = resizes["to_allocation"].to_numpy(object)[first]
+    keep = np.isfinite(lo)
+    return pd.DataFrame(
+        {
+            "effective_step": resizes["step"].to_numpy(np.int64)[first][keep] + 1,
+            "to_allocation": [str(getattr(v, "value", v)) for v in targets[keep]],
+            "start_s": lo[keep],
+            "end_s": hi[keep],
+        }
+    )
+
+
 def _resize_spans(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.DataFrame:
     """One row per resize: the step it took effect before, its target and its critical span
     (from the resize records, else from the steps' resize_id marks)."""
     if resizes is not None and len(resizes):
-        critical = resizes[resizes["critical"].astype(bool)]
-        spans = critical if len(critical) else resizes
-        grouped = spans.groupby("resize_id", sort=True)
-        first = resizes.sort_values("start_s").groupby("resize_id", sort=True).first()
-        return pd.DataFrame(
-            {
-                "effective_step": first["step"].astype(int) + 1,
-                "to_allocation": first["to_allocation"].map(lambda v: str(getattr(v, "value", v))),
-                "start_s": grouped["start_s"].min(),
-                "end_s": grouped["end_s"].max(),
-            }
-        ).dropna()
+        return _resize_record_spans(resizes)
     marked = steps[steps["resize_id"].notna()] if "resize_id" in steps else steps.iloc[:0]
     return pd.DataFrame(
         {
@@ -155,6 +178,79 @@ def _resize_spans(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.DataF
     )
 
 
+def _marker(panel: _Panel, x: float, stall: float, target: str, top: float) -> list[str]:
+    """A resize's stall as a bar, a dotted line where it took effect, and its target (last)."""
+    out = []
+    if stall > 0:
+        y = float(panel.y(min(stall, top)))
+        out.append(
+            f'<rect x="{x - 3:.1f}" y="{y:.1f}" width="6" '
+            f'height="{panel.top + panel.height - y:.1f}" fill="{CRITICAL_COLOR}" '
+            'fill-opacity="0.5"/>'
+        )
+    out.append(
+        f'<line x1="{x:.1f}" y1="{panel.top:.1f}" x2="{x:.1f}" '
+        f'y2="{panel.top + panel.height:.1f}" stroke="{RESIZE_COLOR}" '
+        'stroke-dasharray="2,3"/>'
+    )
+    out.append(
+        f'<text x="{x + 2:.1f}" y="{panel.top + 26:.1f}" font-size="9" '
+        f'fill="{RESIZE_COLOR}">→{escape(target)}</text>'
+    )
+    return out
+
+
+def _resize_markers(panel: _Panel, spans: pd.DataFrame, top: float) -> list[str]:
+    """A marker before the step each resize took effect at."""
+    out = []
+    for row in spans.itertuples(index=False):
+        x = float(panel.x(row.effective_step - 0.5))
+        out += _marker(panel, x, float(row.end_s - row.start_s), str(row.to_allocation), top)
+    return out
+
+
+LABEL_GAP_PX = 48
+"""Least distance between two resize labels of a long run's picture."""
+
+
+def _column_markers(panel: _Panel, spans: pd.DataFrame, top: float) -> list[str]:
+    """The resize markers of a run of more steps than pixel columns: one per column holding
+    resizes, with the longest stall among them and the last one's target, labels kept apart."""
+    if not len(spans):
+        return []
+    ordered = spans.sort_values("effective_step", kind="stable")
+    columns = column_of(
+        panel.x(ordered["effective_step"].to_numpy(float) - 0.5),
+        left=panel.left,
+        width=int(panel.width),
+    )
+    stall = (ordered["end_s"] - ordered["start_s"]).to_numpy(float)
+    starts = np.flatnonzero(np.r_[True, columns[1:] != columns[:-1]])
+    longest = np.maximum.reduceat(stall, starts).tolist()
+    targets = ordered["to_allocation"].to_numpy(object)[np.r_[starts[1:], len(columns)] - 1]
+    out: list[str] = []
+    labelled = -np.inf
+    for column, stall_s, target in zip(columns[starts].tolist(), longest, targets, strict=True):
+        x = panel.left + column + 0.5
+        marker = _marker(panel, x, stall_s, str(target), top)
+        if x - labelled < LABEL_GAP_PX:
+            marker = marker[:-1]  # its label: too close to the last one shown
+        else:
+            labelled = x
+        out += marker
+    return out
+
+
+def _line_points(panel: _Panel, k: np.ndarray, values: np.ndarray, long: bool) -> str:
+    """A line's points: every one, or for a long run each pixel column's envelope."""
+    if long:
+        picked = column_envelope(
+            column_of(panel.x(k), left=panel.left, width=int(panel.width)), values
+        )
+        k, values = k[picked], values[picked]
+    return _points(panel.x(k), panel.y(values))
+
+
 def _step_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
     k = steps["step"].to_numpy(float)
     series = [steps[c].to_numpy(float) for c in ("step_s", "rollout_s", "train_s")]
@@ -163,30 +259,13 @@ def _step_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
         70, 60, WIDTH - 100, 300, (k.min() - 0.5, max(k.max() + 0.5, k.min() + 0.5)), (0.0, top)
     )
     out = _axes(panel, x_label="training step", y_label="time (s)", title="Step time per step")
-    for row in spans.itertuples(index=False):
-        x = float(panel.x(row.effective_step - 0.5))
-        stall = float(row.end_s - row.start_s)
-        if stall > 0:
-            y = float(panel.y(min(stall, top)))
-            out.append(
-                f'<rect x="{x - 3:.1f}" y="{y:.1f}" width="6" '
-                f'height="{panel.top + panel.height - y:.1f}" fill="{CRITICAL_COLOR}" '
-                'fill-opacity="0.5"/>'
-            )
-        out.append(
-            f'<line x1="{x:.1f}" y1="{panel.top:.1f}" x2="{x:.1f}" '
-            f'y2="{panel.top + panel.height:.1f}" stroke="{RESIZE_COLOR}" '
-            'stroke-dasharray="2,3"/>'
-        )
-        out.append(
-            f'<text x="{x + 2:.1f}" y="{panel.top + 26:.1f}" font-size="9" '
-            f'fill="{RESIZE_COLOR}">→{escape(str(row.to_allocation))}</text>'
-        )
+    long = len(k) > panel.width
+    out += _column_markers(panel, spans, top) if long else _resize_markers(panel, spans, top)
     styles = [("black", "1.6", ""), (ROLLOUT_COLOR, "1", "5,3"), (TRAIN_COLOR, "1", "5,3")]
     for values, (color, width, dash) in zip(series, styles, strict=True):
         out.append(
             f'<polyline fill="none" stroke="{color}" stroke-width="{width}" '
-            f'stroke-dasharray="{dash}" points="{_points(panel.x(k), panel.y(values))}"/>'
+            f'stroke-dasharray="{dash}" points="{_line_points(panel, k, values, long)}"/>'
         )
     out += _legend(
         panel,
@@ -198,6 +277,33 @@ def _step_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
         ],
     )
     return out
+
+
+def _stalls(panel: _Panel, spans: pd.DataFrame) -> list[str]:
+    """Every resize stall shaded over the run time it took."""
+    out = []
+    for row in spans.itertuples(index=False):
+        if row.end_s > row.start_s:
+            x0, x1 = float(panel.x(row.start_s)), float(panel.x(row.end_s))
+            out.append(
+                f'<rect x="{x0:.1f}" y="{panel.top:.1f}" width="{max(x1 - x0, 1):.1f}" '
+                f'height="{panel.height:.1f}" fill="{CRITICAL_COLOR}" '
+                'fill-opacity="0.25"/>'
+            )
+    return out
+
+
+def _stall_columns(panel: _Panel, spans: pd.DataFrame) -> list[str]:
+    """The pixel columns resize stalls touch, shaded a run of columns at a time."""
+    stalled = spans[spans["end_s"] > spans["start_s"]]
+    width = int(panel.width)
+    first = column_of(panel.x(stalled["start_s"].to_numpy(float)), left=panel.left, width=width)
+    last = column_of(panel.x(stalled["end_s"].to_numpy(float)), left=panel.left, width=width)
+    return [
+        f'<rect x="{panel.left + a:.1f}" y="{panel.top:.1f}" width="{b - a + 1:.1f}" '
+        f'height="{panel.height:.1f}" fill="{CRITICAL_COLOR}" fill-opacity="0.25"/>'
+        for a, b in columns_touched(first, last, width=width)
+    ]
 
 
 def _allocation_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
@@ -220,6 +326,10 @@ def _allocation_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
         y_label="GPUs",
         title="Allocation over time (train + rollout GPUs)",
     )
+    long = len(start) > panel.width
+    if long:  # the split each pixel column ends on
+        start, held = columns_held(start, float(end[-1]), width=int(panel.width))
+        train, rollout, end = train[held], rollout[held], end[-1:]
     # Each step holds its split from its start to the next step's start (step="post").
     xs = np.repeat(np.append(start, end[-1]), 2)[1:-1]
     for low, high, color in (
@@ -232,14 +342,7 @@ def _allocation_panel(steps: pd.DataFrame, spans: pd.DataFrame) -> list[str]:
             np.concatenate([panel.x(xs), panel.x(xs[::-1])]), np.concatenate([upper, lower])
         )
         out.append(f'<polygon points="{points}" fill="{color}" fill-opacity="0.8"/>')
-    for row in spans.itertuples(index=False):
-        if row.end_s > row.start_s:
-            x0, x1 = float(panel.x(row.start_s)), float(panel.x(row.end_s))
-            out.append(
-                f'<rect x="{x0:.1f}" y="{panel.top:.1f}" width="{max(x1 - x0, 1):.1f}" '
-                f'height="{panel.height:.1f}" fill="{CRITICAL_COLOR}" '
-                'fill-opacity="0.25"/>'
-            )
+    out += _stall_columns(panel, spans) if len(spans) > panel.width else _stalls(panel, spans)
     out += _legend(
         panel,
         [
