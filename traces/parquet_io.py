@@ -77,8 +77,17 @@ _NUMPY_DTYPES = {
 
 
 def _arrow_column(col: pd.Series, kind: ColumnKind, arrow_type: pa.DataType) -> pa.Array:
-    """One column as Arrow: numeric columns straight from their numpy values (missing values,
-    NaN included, as nulls), the rest through Python values (`plain_column`)."""
+    """One column as Arrow, without a Python step per row: numeric columns straight from their
+    numpy values (missing values, NaN included, as nulls), text from its pandas (Arrow) array
+    or its array of objects,
+    role lists a distinct list at a time (`_role_lists`); anything else through Python values
+    (`plain_column`)."""
+    if kind is ColumnKind.ROLES:
+        return _role_lists(col, arrow_type)
+    if kind is ColumnKind.STR and isinstance(col.dtype, pd.StringDtype):
+        return pa.array(col.array, type=arrow_type)
+    if kind is ColumnKind.STR and col.dtype == object:
+        return pa.array(col.to_numpy(dtype=object), type=arrow_type, from_pandas=True)
     dtype = _NUMPY_DTYPES.get(kind)
     if dtype is None or not (
         col.dtype == dtype or (kind is ColumnKind.INT and isinstance(col.dtype, pd.Int64Dtype))
@@ -89,6 +98,17 @@ def _arrow_column(col: pd.Series, kind: ColumnKind, arrow_type: pa.DataType) -> 
         return pa.array(col.to_numpy(), type=arrow_type)
     values = col.to_numpy(dtype=dtype, na_value=dtype.type(0))
     return pa.array(values, type=arrow_type, mask=missing)
+
+
+def _role_lists(col: pd.Series, arrow_type: pa.DataType) -> pa.Array:
+    """A column of role lists as Arrow lists. A run's steps share a handful of role lists (the
+    twin gives every step of one split the same list object), so each distinct object is
+    converted once and the column is gathered from them."""
+    values = col.to_numpy(dtype=object)
+    ids = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    distinct = pa.array([[str(x) for x in values[i]] for i in first.tolist()], type=arrow_type)
+    return distinct.take(pa.array(inverse.astype(np.int64)))
 
 
 def _chunk_table(df: pd.DataFrame, lo: int, model: type[BaseModel], schema: pa.Schema) -> pa.Table:

@@ -10,14 +10,14 @@ dropped and reported instead.
 from __future__ import annotations
 
 import math
-import typing
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel
 
+from .column_problems import Problems, check_roles, describe
 from .column_specs import (
     MAX_TRACE_COUNT,
     MAX_TRACE_SECONDS,
@@ -29,7 +29,6 @@ from .column_specs import (
     upper_bound,
 )
 from .errors import TraceError
-from .phases import Role
 from .schema import SCHEMA_VERSION, StepRecord
 from .step_consistency import check_step_numbering, drop_orphan_samples
 
@@ -60,23 +59,6 @@ class SkippedRow:
     reason: str
 
 
-@dataclass
-class Problems:
-    """Bad rows found in one table: position in the frame -> (field, reason), first found kept."""
-
-    found: dict[int, tuple[str | None, str]] = field(default_factory=dict)
-
-    def add(self, mask: np.ndarray, field_name: str | None, reason_of: typing.Callable) -> None:
-        for pos in np.flatnonzero(mask):
-            if int(pos) not in self.found:
-                self.found[int(pos)] = (field_name, reason_of(int(pos)))
-
-
-def _describe(value: object) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:40]}"
-
-
 def _is_number(v: object) -> bool:
     return isinstance(v, int | float | np.integer | np.floating) and not isinstance(
         v, bool | np.bool_
@@ -100,10 +82,16 @@ _NONE = np.full(1, None, dtype=object)
 """None as an array, to compare a column of objects with in one pass."""
 
 
-def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series | None:
-    """Flag bad values of one column; return it converted to the spec's dtype (bad rows masked)."""
-    values = col.to_numpy(dtype=object) if col.dtype == object else None
+def _check_column(
+    col: pd.Series, spec: ColumnSpec, problems: Problems, *, keep_text: bool = False
+) -> pd.Series | None:
+    """Flag bad values of one column; return it converted to the spec's dtype (bad rows masked).
+    With `keep_text`, a pandas text column is checked and returned as it is (see
+    `validate_frame`)."""
     null = col.isna().to_numpy()
+    if keep_text and spec.kind is ColumnKind.STR and isinstance(col.dtype, pd.StringDtype):
+        return _check_typed_text(col, spec, null, problems)
+    values = col.to_numpy(dtype=object) if col.dtype == object else None
     if spec.kind in (ColumnKind.INT, ColumnKind.FLOAT):
         return _check_numeric(col, values, null, spec, problems)
     if spec.kind is ColumnKind.BOOL:
@@ -111,7 +99,7 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
             return col.astype(bool)
         vals = col.to_numpy(dtype=object)
         bad = np.array([not isinstance(v, bool | np.bool_) for v in vals], dtype=bool)
-        problems.add(bad, spec.name, lambda i: f"expected true/false, got {_describe(vals[i])}")
+        problems.add(bad, spec.name, lambda i: f"expected true/false, got {describe(vals[i])}")
         return pd.Series(np.where(bad, False, vals).astype(bool), index=col.index)
     if spec.kind is ColumnKind.STR:
         vals = col.to_numpy(dtype=object)
@@ -144,13 +132,32 @@ def _check_column(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Se
                 ),
             )
         return pd.Series(out, index=col.index, dtype=object)
-    return _check_roles(col, spec, problems)
+    return check_roles(col, spec.name, problems)
+
+
+def _check_typed_text(
+    col: pd.Series, spec: ColumnSpec, null: np.ndarray, problems: Problems
+) -> pd.Series:
+    """A pandas text column holds text or nulls only: only its nulls and its values outside the
+    choices can be wrong, and no value is turned into a Python object unless it is."""
+    if not spec.nullable:
+        problems.add(null, spec.name, lambda i: _bad_text(None, missing=True))
+    if spec.choices is not None:
+        outside = ~null & ~col.isin(list(spec.choices)).to_numpy(dtype=bool)
+        problems.add(
+            outside,
+            spec.name,
+            lambda i: (
+                f"unknown value {col.iloc[i]!r}; expected one of {sorted(spec.choices or ())}"
+            ),
+        )
+    return col
 
 
 def _bad_text(value: object, *, missing: bool = False) -> str:
     if missing and _is_null(value):
         return "missing (required text)"
-    return f"expected text, got {_describe(value)}"
+    return f"expected text, got {describe(value)}"
 
 
 def _check_numeric(
@@ -166,7 +173,7 @@ def _check_numeric(
     elif values is not None:  # object column: every element must be a number (or null)
         ok = np.array([_is_number(v) or _is_null(v) for v in values], dtype=bool)
         label = "an integer" if want_int else "a number"
-        problems.add(~ok, spec.name, lambda i: f"expected {label}, got {_describe(values[i])}")
+        problems.add(~ok, spec.name, lambda i: f"expected {label}, got {describe(values[i])}")
         nums = np.array(
             [
                 _as_float(v) if ok[k] and v is not None and v is not pd.NA else np.nan
@@ -214,37 +221,6 @@ def _check_numeric(
     return pd.Series(filled, index=col.index)
 
 
-def _check_roles(col: pd.Series, spec: ColumnSpec, problems: Problems) -> pd.Series:
-    """Lists of role names. Role maps repeat from step to step, so each distinct one is checked
-    once; Parquet's arrays become plain lists."""
-    valid = {r.value for r in Role}
-    vals = col.to_numpy(dtype=object)
-    out = np.empty(len(vals), dtype=object)
-    bad = np.zeros(len(vals), dtype=bool)
-    checked: dict[tuple, bool] = {}
-    for i, v in enumerate(vals):
-        if isinstance(v, np.ndarray):
-            v = v.tolist()
-        elif isinstance(v, tuple):
-            v = list(v)
-        if not isinstance(v, list):
-            bad[i] = True
-            out[i] = []
-            continue
-        key = tuple(v)
-        ok = checked.get(key)
-        if ok is None:
-            ok = checked[key] = all(isinstance(x, str) and x in valid for x in v)
-        bad[i] = not ok
-        out[i] = v if ok else []
-    problems.add(
-        bad,
-        spec.name,
-        lambda i: f"expected a list of roles {sorted(valid)}, got {_describe(vals[i])}",
-    )
-    return pd.Series(out, index=col.index, dtype=object)
-
-
 def _cross_checks(df: pd.DataFrame, table: str, problems: Problems) -> None:
     cols = set(df.columns)
     if {"start_s", "end_s"} <= cols:
@@ -277,8 +253,13 @@ def validate_frame(
     positions: np.ndarray | None = None,
     lenient: bool = False,
     skipped: list[SkippedRow] | None = None,
+    keep_text: bool = False,
 ) -> pd.DataFrame:
     """Check a table against its record type and return it in canonical columns and dtypes.
+
+    With `keep_text`, text columns already held as pandas text (the twin's, Arrow-backed) stay
+    so rather than becoming columns of Python strings: what a writer of Arrow wants, where the
+    conversion there and back cost more than the checks.
 
     `positions` maps each frame row to what the user sees (JSONL line numbers; default: the row
     index 0..n-1 of the file). Strict mode raises TraceError at the first bad row; lenient mode
@@ -305,7 +286,7 @@ def validate_frame(
         if spec.name not in df.columns:
             out[spec.name] = pd.Series([spec.default] * len(df), dtype=column_dtype(spec))
             continue
-        out[spec.name] = _check_column(df[spec.name], spec, problems)
+        out[spec.name] = _check_column(df[spec.name], spec, problems, keep_text=keep_text)
     clean = pd.DataFrame(out)
     _cross_checks(clean, table, problems)
     if table == "steps":
