@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from .mechanisms import MechanismComparison
+    from .shared_samples import SharedSamples
 
 __all__ = [
     "COMPARISON_COLUMNS",
@@ -186,32 +187,27 @@ def _write_run(
     timeline_svg: bool,
     timeline_png: bool,
     chrome_trace_max_steps: int | None,
-    samples_file: Path | None,
+    shared_samples: SharedSamples,
 ) -> None:
     """One run's folder: its trace tables, summary and Chrome trace.
 
     The samples table is the run's own where it went sample by sample (finish times and
     resumes); else the workload's, so that the folder can be replayed or calibrated from with
-    the lengths simulated: a hard link to (or a copy of) `samples_file`, where that table is
-    already written once for every run (None: written here, from the workload's blocks), rather
-    than the table validated and converted again.
+    the lengths simulated: the one table `shared_samples` writes for every run, linked into the
+    folder once it is written, rather than the table validated and converted again.
     """
     # The writers load pandas and pyarrow: imported once there is something to write, so that
     # the command's path to the simulation loads neither.
     from dynaresize.traces.io import TableFile, Trace, write_trace
-    from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
     from dynaresize.traces.timeline_svg import write_timeline_svg
     from dynaresize.traces.workload_inference import workload_samples
-    from dynaresize.traces.workload_parquet import write_workload_samples
 
     samples = result.samples
     table_files: dict[str, TableFile] = {}
-    if samples is None:  # the workload's rows, written once, straight from its blocks
+    if samples is None:  # the workload's rows: the shared table, linked in at the end
         samples = workload_samples(Workload.from_steps([], []))
-        context = result.context
-        table_files["samples"] = samples_file or (
-            lambda path: write_workload_samples(path, context.workload_blocks(ROWS_PER_CHUNK))
-        )
+        table_files["samples"] = _written_later
+        shared_samples.attach(folder)
     config = result.context.config
     meta = RunMeta(
         source="twin",
@@ -251,6 +247,10 @@ def _write_run(
 
 
 TIMELINE_FILES = ("timeline.svg", "timeline.png")
+
+
+def _written_later(path: Path) -> None:
+    """A table put in place once the folder is written (`SharedSamples`)."""
 
 
 def _linked(name: str) -> bool:
@@ -340,8 +340,8 @@ def write_comparison(
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
     """
     from dynaresize.traces.jsonl_io import dumps_finite
-    from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
-    from dynaresize.traces.workload_parquet import write_workload_samples
+
+    from .shared_samples import SharedSamples
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -349,39 +349,38 @@ def write_comparison(
     with staged_dir(out, replace=True) as staging:
         names = list(comparison.runs)
         first = names[0]
-        _write_run(
-            staging,
-            first,
-            comparison.runs[first],
-            timeline_svg=timeline_svg,
-            timeline_png=timeline_png,
-            chrome_trace_max_steps=chrome_trace_max_steps,
-            samples_file=None,
-        )
-        # One workload for every run: its samples table written once, a chunk at a time,
-        # straight from its arrays, and linked where a run has no samples of its own.
-        shared = staging / "samples.parquet"
-        if comparison.runs[first].samples is not None:
-            shared = staging / ".workload-samples.parquet"
-            if any(run.samples is None for run in comparison.runs.values()):
-                write_workload_samples(shared, comparison.context.workload_blocks(ROWS_PER_CHUNK))
-        if len(names) > 1:
-            # The first run's tables and traces head the folder and fill its policy folder:
-            # linked there, not validated and written twice. One picture per run folder is
-            # enough to read it; drawing one per policy would cost more than simulating them.
-            _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
-            for name in names[1:]:
-                _write_run(
-                    staging / "policies" / name,
-                    name,
-                    comparison.runs[name],
-                    timeline_svg=False,
-                    timeline_png=False,
-                    chrome_trace_max_steps=chrome_trace_max_steps,
-                    samples_file=shared,
-                )
-        if shared.name != "samples.parquet":
-            shared.unlink(missing_ok=True)
+        # One workload for every run: its samples table written once, on a thread of its own
+        # beside everything else, a chunk at a time straight from its arrays, and linked into
+        # every folder of a run without samples of its own once they are all written.
+        needed = any(run.samples is None for run in comparison.runs.values())
+        with SharedSamples(comparison.context, beside=staging, needed=needed) as shared:
+            _write_run(
+                staging,
+                first,
+                comparison.runs[first],
+                timeline_svg=timeline_svg,
+                timeline_png=timeline_png,
+                chrome_trace_max_steps=chrome_trace_max_steps,
+                shared_samples=shared,
+            )
+            if len(names) > 1:
+                # The first run's tables and traces head the folder and fill its policy
+                # folder: linked there, not validated and written twice. One picture per run
+                # folder is enough to read it; drawing one per policy would cost more than
+                # simulating them.
+                _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
+                if comparison.runs[first].samples is None:
+                    shared.attach(staging / "policies" / first)
+                for name in names[1:]:
+                    _write_run(
+                        staging / "policies" / name,
+                        name,
+                        comparison.runs[name],
+                        timeline_svg=False,
+                        timeline_png=False,
+                        chrome_trace_max_steps=chrome_trace_max_steps,
+                        shared_samples=shared,
+                    )
         (staging / "config.json").write_text(json.dumps(resolved_config, indent=2) + "\n")
         summary = _summary_document(comparison)
         (staging / "summary.json").write_text(dumps_finite(summary) + "\n")

@@ -81,3 +81,15 @@ def test_a_link_never_replaces_a_file(tmp_path):
     with pytest.raises(FileExistsError):
         link_or_copy(source, target)
     assert target.read_text() == "kept"
+
+
+def test_every_folder_lists_its_linked_samples_as_its_own(folder):
+    import json
+
+    from dynaresize.traces.staged_dir import OUTPUT_MARKER
+
+    out, comparison = folder
+    for run_folder in [out] + [out / "policies" / name for name in comparison.runs]:
+        marker = json.loads((run_folder / OUTPUT_MARKER).read_text())
+        assert "samples.parquet" in marker["entries"], run_folder
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no private folder left
