@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dynaresize.traces.chrome_trace import CHROME_TRACE_MAX_STEPS
 from dynaresize.twin.config import ScenarioConfig
 
 if TYPE_CHECKING:
@@ -31,6 +32,12 @@ class OutputConfig(BaseModel):
     timeline_png: bool = Field(
         default=False,
         description="Also draw timeline.png with matplotlib (about a second more than the SVG).",
+    )
+    chrome_trace_max_steps: int | None = Field(
+        default=CHROME_TRACE_MAX_STEPS,
+        ge=1,
+        description="Steps each trace.json shows, the first ones, so that trace viewers can "
+        "open it (null: every step); the tables keep every step.",
     )
 
 

@@ -204,6 +204,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None
             timeline_svg=run_config.output.timeline_svg,
             timeline_png=run_config.output.timeline_png,
             mechanisms=side_by_side,
+            chrome_trace_max_steps=run_config.output.chrome_trace_max_steps,
         )
     title = (
         f"{run_config.name}: {run_config.simulation.num_steps} steps, "
@@ -219,6 +220,13 @@ def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None
         )
     if side_by_side is not None:
         _print_mechanisms(side_by_side, title=f"{run_config.name}: mechanisms side by side")
+    shown = run_config.output.chrome_trace_max_steps
+    if shown is not None and run_config.simulation.num_steps > shown:
+        print(
+            f"note: trace.json shows the first {shown:,} of {run_config.simulation.num_steps:,} "
+            "steps, so that trace viewers open it (output.chrome_trace_max_steps; null for "
+            "every step); the tables hold every step"
+        )
     print(f"wrote {written}")
 
 

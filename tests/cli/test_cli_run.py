@@ -323,3 +323,38 @@ def test_the_matplotlib_timeline_is_drawn_when_asked_for(tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "timeline.svg").exists()
+
+
+def _config_with_output(tmp_path, output: dict):
+    config = tmp_path / "c.yaml"
+    data = yaml.safe_load((BUILTIN_CONFIG_DIR / "example.yaml").read_text())
+    data["output"] = output
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
+def test_the_chrome_trace_shows_as_many_steps_as_the_config_says_and_says_so(tmp_path):
+    config = _config_with_output(tmp_path, {"chrome_trace_max_steps": 12})
+    out = tmp_path / "r"
+    result = invoke("--config", str(config), "--steps", "30", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "trace.json shows the first 12 of 30 steps" in result.output
+    trace = json.loads((out / "trace.json").read_text())
+    assert trace["otherData"]["steps_shown"] == [0, 11]
+    assert trace["otherData"]["steps_in_run"] == 30
+    steps = [e for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("cat") == "step"]
+    assert len(steps) == 12
+    assert len(pd.read_parquet(out / "steps.parquet")) == 30  # the tables keep every step
+    every = _config_with_output(tmp_path, {"chrome_trace_max_steps": None})
+    result = invoke("--config", str(every), "--steps", "30", "--out", str(tmp_path / "all"))
+    assert result.exit_code == 0 and "trace.json shows" not in result.output
+    trace = json.loads((tmp_path / "all" / "trace.json").read_text())
+    assert "steps_in_run" not in trace["otherData"]
+
+
+def test_a_chrome_trace_of_no_steps_is_refused(tmp_path):
+    config = _config_with_output(tmp_path, {"chrome_trace_max_steps": 0})
+    result = invoke("--config", str(config), "--steps", "5", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert "chrome_trace_max_steps" in result.output
+    assert not (tmp_path / "r").exists()
