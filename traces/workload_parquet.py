@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .parquet_io import ROWS_PER_CHUNK, arrow_schema
+from .produced_ahead import produced_ahead
 from .schema import SCHEMA_VERSION, SampleRecord
 from .workload import Workload
 
@@ -28,13 +29,16 @@ _KNOWN = ("schema_version", "step", "sample_index", "prompt_tokens", "response_t
 
 
 def _columns(block: Workload, lo: int, hi: int, first_step: int) -> dict[str, np.ndarray]:
-    """The known columns of samples [lo, hi) of a block whose first step is `first_step`."""
+    """The known columns of samples [lo, hi) of a block whose first step is `first_step`: each
+    step's number repeated over its samples (steps are in order, so no search per row)."""
     offsets = block.step_offsets
-    rows = np.arange(lo, hi, dtype=np.int64)
-    step = np.searchsorted(offsets, rows, side="right") - 1
+    first = int(np.searchsorted(offsets, lo, side="right")) - 1
+    past = int(np.searchsorted(offsets, hi, side="left"))
+    counts = np.diff(np.clip(offsets[first : past + 1], lo, hi))
+    step = np.repeat(np.arange(first, past, dtype=np.int64), counts)
     return {
         "step": step + first_step,
-        "sample_index": rows - offsets[step],
+        "sample_index": np.arange(lo, hi, dtype=np.int64) - offsets[step],
         "prompt_tokens": block.prompt_tokens[lo:hi],
         "response_tokens": block.response_tokens[lo:hi],
     }
@@ -92,20 +96,22 @@ def write_workload_samples(
     if missing:  # the schema and this writer must move together
         raise ValueError(f"the samples schema has no column {missing[0]!r}")
     blocks = iter([(0, workload)]) if isinstance(workload, Workload) else iter(workload)
-    groups = _row_groups(blocks, ROWS_PER_CHUNK)
+    # Drawing the lengths and cutting row groups runs a group ahead of the encoder, on a
+    # thread of its own: both let go of the interpreter for most of their work.
+    groups = produced_ahead(_table(g, schema) for g in _row_groups(blocks, ROWS_PER_CHUNK))
     first = next(groups, None)
     if first is None:
         pq.write_table(_table(_columns(_EMPTY, 0, 0, 0), schema), path)
         return path
     second = next(groups, None)
     if second is None:
-        pq.write_table(_table(first, schema), path)
+        pq.write_table(first, path)
         return path
     with pq.ParquetWriter(path, schema) as writer:
-        writer.write_table(_table(first, schema))
-        writer.write_table(_table(second, schema))
+        writer.write_table(first)
+        writer.write_table(second)
         for group in groups:
-            writer.write_table(_table(group, schema))
+            writer.write_table(group)
     return path
 
 
