@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from .figure import as_text, new_figure, require_columns
+from .long_runs import MARKER_COLUMNS, draw_column_markers, markers_per_column
 
 TRAIN_COLOR = "#1f77b4"
 ROLLOUT_COLOR = "#ff7f0e"
@@ -50,20 +51,7 @@ def _resize_boundaries(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.
     if resizes is not None and len(resizes):
         needed = ["resize_id", "step", "to_allocation", "start_s", "end_s", "critical"]
         require_columns(resizes, needed, "resizes")
-        rows = []
-        for resize_id, phases in resizes.groupby("resize_id", sort=True):
-            critical = phases[phases["critical"].astype(bool)]
-            span = critical if len(critical) else phases
-            rows.append(
-                (
-                    int(resize_id),
-                    int(phases["step"].iloc[0]) + 1,
-                    as_text(phases["to_allocation"].iloc[0]),
-                    float(span["start_s"].min()),
-                    float(span["end_s"].max()),
-                )
-            )
-        return pd.DataFrame(rows, columns=columns)
+        return _boundaries_of_records(resizes, columns)
     if "resize_id" not in steps.columns:
         return pd.DataFrame(columns=columns)
     marked = steps[steps["resize_id"].notna()]
@@ -79,6 +67,40 @@ def _resize_boundaries(steps: pd.DataFrame, resizes: pd.DataFrame | None) -> pd.
     )
 
 
+def _boundaries_of_records(resizes: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """`_resize_boundaries` from resize records, a column at a time: each resize's first
+    record gives its step and target, its critical phases (all, if none is) its span."""
+    ids = resizes["resize_id"].to_numpy(np.int64)
+    start, end = resizes["start_s"].to_numpy(float), resizes["end_s"].to_numpy(float)
+    critical = resizes["critical"].astype(bool).to_numpy()
+    unique, inverse = np.unique(ids, return_inverse=True)
+    first = _first_rows(inverse, len(unique))
+    any_critical = np.zeros(len(unique), dtype=bool)
+    np.logical_or.at(any_critical, inverse, critical)
+    used = critical | ~any_critical[inverse]
+    lo, hi = np.full(len(unique), np.inf), np.full(len(unique), -np.inf)
+    np.minimum.at(lo, inverse[used], start[used])
+    np.maximum.at(hi, inverse[used], end[used])
+    targets = resizes["to_allocation"].to_numpy(object)[first]
+    return pd.DataFrame(
+        {
+            "resize_id": unique,
+            "effective_step": resizes["step"].to_numpy(np.int64)[first] + 1,
+            "to_allocation": [as_text(v) for v in targets],
+            "start_s": lo,
+            "end_s": hi,
+        },
+        columns=columns,
+    )
+
+
+def _first_rows(inverse: np.ndarray, num_groups: int) -> np.ndarray:
+    """Position of the first row of each group, rows in their order."""
+    first = np.full(num_groups, len(inverse), dtype=np.int64)
+    np.minimum.at(first, inverse, np.arange(len(inverse), dtype=np.int64))
+    return first
+
+
 def run_title(steps: pd.DataFrame, boundaries: pd.DataFrame) -> str:
     """The heading of a run's figure when the caller gives none: its size and its resizes."""
     return f"Run of {len(steps)} steps, {len(boundaries)} resize(s)"
@@ -90,6 +112,16 @@ def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.plot(x, ordered["step_s"], color="black", lw=1.6, label="step time")
     ax.plot(x, ordered["rollout_s"], color=ROLLOUT_COLOR, lw=0.9, ls="--", label="rollout stage")
     ax.plot(x, ordered["train_s"], color=TRAIN_COLOR, lw=0.9, ls="--", label="train stage")
+    # where the legend goes is searched over every point drawn: for a long run, not searched
+    legend_at = "best" if len(steps) <= MARKER_COLUMNS else "upper left"
+    if len(boundaries) > MARKER_COLUMNS:
+        draw_column_markers(
+            ax,
+            markers_per_column(boundaries, steps),
+            stall_color=CRITICAL_COLOR,
+            marker_color=RESIZE_MARKER_COLOR,
+        )
+        boundaries = boundaries.iloc[:0]
     for i, row in enumerate(boundaries.itertuples(index=False)):
         stall_s = row.end_s - row.start_s
         if stall_s > 0:
@@ -122,7 +154,7 @@ def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.set_ylabel("time (s)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc=legend_at, fontsize=8)
 
 
 def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
@@ -135,6 +167,17 @@ def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.fill_between(
         t, train, train + rollout, step="post", color=ROLLOUT_COLOR, alpha=0.8, label="rollout GPUs"
     )
+    if len(boundaries) > MARKER_COLUMNS:
+        shown = markers_per_column(boundaries, steps)
+        stalled = shown[shown["end_s"] > shown["start_s"]]
+        ax.broken_barh(
+            list(zip(stalled["start_s"], stalled["end_s"] - stalled["start_s"], strict=True)),
+            (0, float((train + rollout).max()) * 1.15),
+            color=CRITICAL_COLOR,
+            alpha=0.25,
+            label="resize stall (critical path)",
+        )
+        boundaries = boundaries.iloc[:0]
     for i, row in enumerate(boundaries.itertuples(index=False)):
         if row.end_s > row.start_s:
             ax.axvspan(
