@@ -41,7 +41,7 @@ def markers_per_column(boundaries: pd.DataFrame, steps: pd.DataFrame) -> pd.Data
     return picked
 
 
-LABELS_SHOWN = 40
+LABELS_SHOWN = 20
 """Resize targets a long run's figure writes at most, evenly spread over its markers."""
 
 
