@@ -21,6 +21,8 @@ __all__ = ["write_table_csv"]
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')
 """What makes the csv module quote a field (delimiter, quote character, line breaks)."""
+_TEXT_OR_MISSING = ("string", "empty")
+"""What pandas infers of an object column whose values are text or missing (None, NaN)."""
 
 
 def write_table_csv(table: pd.DataFrame, path: Path) -> None:
@@ -57,7 +59,7 @@ def _fields(column: pd.Series) -> list[str] | None:
     dtype = column.dtype
     is_object = isinstance(dtype, np.dtype) and dtype.kind == "O"
     if isinstance(dtype, pd.StringDtype) or is_object:
-        if is_object and not column.map(_is_text_or_missing).all():
+        if is_object and pd.api.types.infer_dtype(column, skipna=True) not in _TEXT_OR_MISSING:
             return None
         text = column.fillna("").to_numpy(dtype=object)
         if any(_NEEDS_QUOTES.search(value) for value in set(text)):
@@ -82,7 +84,3 @@ def _with_empty(text: np.ndarray, missing: np.ndarray) -> list[str]:
     fields = text.astype(object)
     fields[missing] = ""
     return fields.tolist()
-
-
-def _is_text_or_missing(value: object) -> bool:
-    return isinstance(value, str) or value is None or (isinstance(value, float) and value != value)
