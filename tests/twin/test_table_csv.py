@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dynaresize.twin.analysis.table_csv import _formatted_columns, write_table_csv
+from dynaresize.twin.analysis import table_csv
+from dynaresize.twin.analysis.table_csv import _writable, write_table_csv
 
 
 def _decisions_like(num_rows: int) -> pd.DataFrame:
@@ -37,9 +38,10 @@ def _decisions_like(num_rows: int) -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("num_rows", [0, 1, 2, 1000])
-def test_bytes_equal_pandas(tmp_path, num_rows):
+def test_bytes_equal_pandas(tmp_path, monkeypatch, num_rows):
+    monkeypatch.setattr(table_csv, "CHUNK_ROWS", 300)  # several chunks, the last one short
     table = _decisions_like(num_rows)
-    assert _formatted_columns(table) is not None  # written column by column, not by pandas
+    assert _writable(table)  # written column by column, not by pandas
     write_table_csv(table, tmp_path / "ours.csv")
     table.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
@@ -58,12 +60,12 @@ def test_bytes_equal_pandas(tmp_path, num_rows):
 )
 def test_tables_pandas_writes_itself_keep_its_bytes(tmp_path, column):
     table = pd.DataFrame({"step": [0, 1], "value": column})
-    assert _formatted_columns(table) is None
+    assert not _writable(table)
     write_table_csv(table, tmp_path / "ours.csv")
     table.to_csv(tmp_path / "pandas.csv", index=False)
     assert (tmp_path / "ours.csv").read_bytes() == (tmp_path / "pandas.csv").read_bytes()
 
 
 def test_one_column_and_quoted_names_are_left_to_pandas():
-    assert _formatted_columns(pd.DataFrame({"step": [0]})) is None
-    assert _formatted_columns(pd.DataFrame({"a,b": [0], "c": [1]})) is None
+    assert not _writable(pd.DataFrame({"step": [0]}))
+    assert not _writable(pd.DataFrame({"a,b": [0], "c": [1]}))
