@@ -3,9 +3,10 @@
 A long run's samples table holds tens of millions of rows; read whole into pandas it takes
 several bytes of memory per value and seconds per column. A replay needs only each sample's
 prompt and response lengths in (step, sample_index) order, so `read_sample_lengths` reads the
-file a block of rows at a time, checks every column of the block (a block numpy finds clean is
-clean; any other goes through `validate_frame`, which names the row and field exactly as a whole
-read would) and keeps the two lengths and the run of samples of each step.
+file a block of rows at a time, checks every column of the block (a block found clean is clean:
+an integer column by its least and greatest values, a float column by numpy; any other goes
+through `validate_frame`, which names the row and field exactly as a whole read would) and keeps
+the two lengths and the run of samples of each step.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .arrow_frame import arrow_frame, check_plain_types, unreadable
@@ -106,6 +108,8 @@ def _numeric_clean(column: pa.ChunkedArray, spec: ColumnSpec) -> bool:
         return False
     if column.null_count and not spec.nullable:
         return False
+    if signed_int:
+        return _integers_clean(column, spec)
     nums = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
     finite = np.isfinite(nums)
     if np.isinf(nums).any():
@@ -118,6 +122,25 @@ def _numeric_clean(column: pa.ChunkedArray, spec: ColumnSpec) -> bool:
     if (finite & (nums > limit)).any():
         return False
     return spec.name != "schema_version" or bool((nums == SCHEMA_VERSION).all())
+
+
+def _integers_clean(column: pa.ChunkedArray, spec: ColumnSpec) -> bool:
+    """`_numeric_clean` of a signed-integer column from its least and greatest values (the
+    checks compare values as float64, and the conversion keeps their order): integers are
+    finite, and nulls, already refused where the column takes none, are skipped by both."""
+    extremes = pc.min_max(column).as_py()
+    least, greatest = extremes["min"], extremes["max"]
+    if least is not None:  # None: no values, or only nulls
+        if spec.ge is not None and float(least) < spec.ge:
+            return False
+        limit, _ = upper_bound(spec.name)
+        if float(greatest) > limit:
+            return False
+    if spec.name != "schema_version":
+        return True
+    return not column.null_count and (
+        least is None or float(least) == float(greatest) == SCHEMA_VERSION
+    )
 
 
 def _block_clean(block: pa.Table, specs: tuple[ColumnSpec, ...]) -> bool:

@@ -3,9 +3,9 @@
 Every quantity here is per step (stage times on every candidate, tokens, length statistics),
 so a block's rows are the whole run's rows for its steps: a held workload (a trace's) is costed
 a block at a time, so the per-sample temporaries are those of one block, and a generated
-workload too large to hold cheaply is drawn a block at a time (`traces.synthetic.workload_blocks`), each block's
-per-sample arrays let go once its steps are costed, and the result is the same, bit for bit,
-as costing the whole workload at once.
+workload too large to hold cheaply is drawn a block at a time
+(`traces.synthetic.workload_blocks`), each block's per-sample arrays let go once its steps are
+costed, and the result is the same, bit for bit, as costing the whole workload at once.
 """
 
 from __future__ import annotations

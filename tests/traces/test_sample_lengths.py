@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dynaresize.traces import sample_lengths
+from dynaresize.traces.column_specs import column_specs, upper_bound
 from dynaresize.traces.errors import TraceError
 from dynaresize.traces.io import Trace, read_trace, write_trace
-from dynaresize.traces.schema import RunMeta
+from dynaresize.traces.schema import SCHEMA_VERSION, RunMeta, SampleRecord
 from dynaresize.twin.trace_source import trace_workload
 
 
@@ -136,3 +137,33 @@ def test_strict_errors_name_the_same_row_and_field(tmp_path, row, column, value)
         read_trace(path, samples_as_lengths=True)
     assert str(blocks.value) == str(whole.value)
     assert f"row {row}" in str(blocks.value)
+
+
+def _numpy_clean(column: pa.ChunkedArray, spec) -> bool:
+    """The value-by-value check of an integer column that the least and greatest values
+    replace: every value as float64 against the field's bounds."""
+    if column.null_count and not spec.nullable:
+        return False
+    nums = column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+    finite = np.isfinite(nums)
+    if spec.ge is not None and (finite & (nums < spec.ge)).any():
+        return False
+    limit, _ = upper_bound(spec.name)
+    if (finite & (nums > limit)).any():
+        return False
+    return spec.name != "schema_version" or bool((nums == SCHEMA_VERSION).all())
+
+
+_EDGE_VALUES = [None, -1, 0, 1, 2, 2**53 - 1, 2**53, 2**53 + 1, 2**53 + 2, 2**62]
+
+
+@pytest.mark.parametrize("name", [s.name for s in column_specs(SampleRecord)])
+def test_integer_columns_clean_by_extremes_as_by_every_value(name):
+    spec = next(s for s in column_specs(SampleRecord) if s.name == name)
+    rng = np.random.default_rng(7)
+    columns = [[], [None], [None, None], [1, 1, 1], [1, None]]
+    columns += [list(rng.choice(np.array(_EDGE_VALUES, dtype=object), 5)) for _ in range(300)]
+    for values in columns:
+        column = pa.chunked_array([pa.array(values, type=pa.int64())])
+        expected = _numpy_clean(column, spec)
+        assert sample_lengths._numeric_clean(column, spec) is expected, (name, values)

@@ -6,7 +6,9 @@ pays for itself.
   offline optimum (`dynaresize run --mode replay`);
 - `breakeven` gives the break-even of every move between splits with a bootstrap interval, how
   long imbalances last, and settings a user can act on; `trace_breakeven` does so for a trace
-  and prints the report (`dynaresize breakeven`).
+  and prints the report (`dynaresize breakeven`);
+- `table_csv` writes a long table as CSV with pandas' bytes, a column at a time (a replay's
+  decisions.csv).
 
 What it may import: the twin's core and `dynaresize.twin.calibration` (costs fitted to the
 trace), `dynaresize.policies`, `dynaresize.traces` and `dynaresize.config_io`.

@@ -14,6 +14,7 @@ from dynaresize.traces.staged_dir import staged_dir
 from ..calibration.fit import fitted_overrides
 from ..mechanisms import write_mechanisms
 from .replay_result import RECORDED_MEASURED, ReplayResult
+from .table_csv import write_table_csv
 
 
 def decisions_table(result: ReplayResult) -> pd.DataFrame:
@@ -86,7 +87,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             (staging / "costs.yaml").write_text(text)
         result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
         result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
-        decisions_table(result).to_csv(staging / "decisions.csv", index=False)
+        write_table_csv(decisions_table(result), staging / "decisions.csv")
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
         if result.mechanisms is not None:
             write_mechanisms(result.mechanisms, staging, title=f"{title}: mechanisms")

@@ -169,7 +169,7 @@ def _fit_train_several_allocations(
                 f"(mean of {len(with_term)} held-out runs' median errors ± one standard error; "
                 "the term is kept only where it wins by more than one standard error)"
             )
-    fitted, form = _best_train_form(
+    fitted, form, kept_rss = _best_train_form(
         tokens, gpus, measured, base, model, with_tokens, forms=("optimizer", "allreduce")
     )
     shared, shared_rss = _fit_train_form(
@@ -193,9 +193,7 @@ def _fit_train_several_allocations(
             "where it wins by more than one standard error"
         )
     else:
-        adopt = (
-            shared_rss < _fit_train_form(tokens, gpus, measured, base, model, with_tokens, form)[1]
-        )
+        adopt = shared_rss < kept_rss
         how = "one run: the better fit of the two decides"
     if adopt:
         fitted, form = shared, "exchange"
@@ -223,15 +221,16 @@ def _best_train_form(
     model: ModelConfig,
     with_tokens: bool,
     forms: tuple[str, ...] = tuple(_FORM_SHAPES),
-) -> tuple[TrainCostParams, str]:
+) -> tuple[TrainCostParams, str, float]:
     """The best fit among `forms` (default: the optimizer-shard, ring all-reduce and
-    flat-exchange forms; the first on a tie), and which form it is."""
+    flat-exchange forms; the first on a tie), which form it is and its residual sum of
+    squares."""
     fits = {
         form: _fit_train_form(tokens, gpus, measured, base, model, with_tokens, form)
         for form in forms
     }
     form = min(fits, key=lambda f: fits[f][1])
-    return fits[form][0], form
+    return fits[form][0], form, fits[form][1]
 
 
 def _mean_and_standard_error(values: list[float]) -> tuple[float, float]:
@@ -259,7 +258,7 @@ def _leave_one_run_out_ape(
         rest = runs != run
         if len(np.unique(gpus[rest])) < 2 or rest.sum() < 4:
             continue
-        fitted, _ = _best_train_form(
+        fitted, _, _ = _best_train_form(
             tokens[rest], gpus[rest], measured[rest], base, model, with_tokens, forms
         )
         held = ~rest
@@ -283,14 +282,18 @@ def _fit_train_form(
     parameters and the residual sum of squares."""
     token_scale = max(tokens.mean(), 1.0)
     scaled_tokens = tokens / token_scale
-    log2_gpus = np.log2(gpus.astype(np.float64))
+    # Every term but the tokens' is one value per training-GPU count: the solver evaluates the
+    # model over a hundred times, so those are computed per count and spread over the steps
+    # (the same values, elementwise, as computing them per step).
+    counts, step_count = np.unique(gpus, return_inverse=True)
+    log2_gpus = np.log2(counts.astype(np.float64))
     if form == "optimizer":
-        per_gpu_gb = model.optimizer_state_gb / gpus
+        per_gpu_gb = model.optimizer_state_gb / counts
     elif form == "allreduce":
-        per_gpu_gb = model.gradients_gb * ring_traffic(gpus)
+        per_gpu_gb = model.gradients_gb * ring_traffic(counts)
     else:
-        per_gpu_gb = model.gradients_gb * (gpus > 1).astype(np.float64)
-    extra_gpu_gb = model.gradients_gb * (gpus - 1)
+        per_gpu_gb = model.gradients_gb * (counts > 1).astype(np.float64)
+    extra_gpu_gb = model.gradients_gb * (counts - 1)
 
     def unpack(x: np.ndarray) -> tuple[float, float, float, float, float]:
         if with_tokens:
@@ -300,12 +303,10 @@ def _fit_train_form(
 
     def predict(x: np.ndarray) -> np.ndarray:
         fixed_s, per_token_scaled, efficiency, per_gpu_rate, collective_rate = unpack(x)
-        return (
-            fixed_s
-            + scaled_tokens * per_token_scaled / (gpus * efficiency**log2_gpus)
-            + per_gpu_rate * per_gpu_gb
-            + collective_rate * extra_gpu_gb
-        )
+        divisor = (counts * efficiency**log2_gpus)[step_count]
+        per_gpu_s = (per_gpu_rate * per_gpu_gb)[step_count]
+        collective_s = (collective_rate * extra_gpu_gb)[step_count]
+        return fixed_s + scaled_tokens * per_token_scaled / divisor + per_gpu_s + collective_s
 
     if with_tokens:
         x0 = np.array(
