@@ -97,3 +97,41 @@ def test_numba_only_where_it_repays_its_load(monkeypatch):
     assert rollout_kernels.default_backend(10) is KernelBackend.NUMBA
     monkeypatch.setenv(rollout_kernels.NO_NUMBA_ENV, "1")
     assert rollout_kernels.default_backend(small + 1) is KernelBackend.NUMPY
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 10_000), min_size=1, max_size=300),
+    concurrency=st.integers(1, 70),
+)
+def test_tournament_tree_and_heap_give_the_reference_makespan(lengths, concurrency):
+    from dynaresize.twin.costs import rollout_numba
+    from dynaresize.twin.costs.rollout import simulate_replica_slots
+
+    response = np.array(lengths, dtype=np.int64)
+    if len(response) <= concurrency:
+        return
+    leaves, bits = rollout_numba.tree_shape(concurrency)
+    tree = np.empty(2 * leaves, dtype=np.int64)
+    heap = np.empty(concurrency, dtype=np.int64)
+    expected, _ = simulate_replica_slots(response, concurrency)
+    n = len(response)
+    assert rollout_numba.tree_makespan(response, 0, n, concurrency, tree, leaves, bits) == expected
+    assert rollout_numba.heap_makespan(response, 0, n, concurrency, heap) == expected
+
+
+def test_lengths_too_large_for_tree_keys_take_the_heap():
+    """Lengths whose sum does not fit a tree key (finish time shifted by the index bits) are
+    scheduled by the heap, and still give the reference makespan."""
+    from dynaresize.twin.costs.rollout import simulate_replica_slots
+
+    response = np.array([2**58, 3, 2**58, 5, 2**57, 7, 2**56], dtype=np.int64)
+    counts = replica_counts(
+        np.zeros(len(response), dtype=np.int64),
+        response,
+        np.array([0, len(response)]),
+        num_replicas=1,
+        max_concurrent_seqs=3,
+        backend=KernelBackend.NUMBA,
+    )
+    assert counts.decode_iterations.tolist() == [simulate_replica_slots(response, 3)[0]]

@@ -6,8 +6,8 @@ response lengths on `C` slots) and the sum over iterations of active sequences (
 integers, they come out the same from any correct algorithm, so the two backends here give
 identical results:
 
-- `numba`: one compiled pass over all chunks; `T` by a binary min-heap of slot free times
-  (O(n log C) per chunk). Compiled on first use and cached on disk (`cache=True`).
+- `numba`: one compiled pass over all chunks; `T` by a tournament tree of slot free times
+  (O(n log C) per chunk, without data-dependent branches). Compiled on first use and cached on disk (`cache=True`).
 - `numpy`: the chunks as rows of a zero-padded matrix; `T` by assigning column j to each row's
   least-loaded slot, all rows at once.
 
