@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dynaresize.policies.trusted import trusted
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
@@ -64,6 +63,22 @@ RESIZE_FIELDS = (
     "bytes_moved",
 )
 """The columns of a resize phase row, in the order `PipelineCore` writes them."""
+
+
+_OBSERVATION_GIVEN = frozenset(
+    (
+        "step",
+        "now_s",
+        "allocation",
+        "recent",
+        "candidates",
+        "steps_since_resize",
+        "remaining_steps",
+        "measured_resize_costs_s",
+        "lending",
+    )
+)
+"""The observation fields `PipelineCore._observe` fills at every step boundary."""
 
 
 @dataclass
@@ -140,6 +155,15 @@ class PipelineCore:
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
         self.stage_times_fields = set(StageTimes.model_fields)
+        self.observation_fields = set(StepObservation.model_fields)
+        """Every field of an observation is given (`_observe`): one set for all of them."""
+        self.observation_defaults = {
+            name: info.get_default(call_default_factory=True)
+            for name, info in StepObservation.model_fields.items()
+            if name not in _OBSERVATION_GIVEN
+        }
+        """The defaults of any field `_observe` does not fill (none today), as `trusted` would
+        take them."""
         self.candidates = costs.candidates
         """The candidate splits, by index (read at every step)."""
         self.plan_table: list[list[ResizePlan | None]] = [
@@ -286,18 +310,26 @@ class PipelineCore:
             put(obj, "__pydantic_private__", None)
             candidates.append(obj)
         since = None if self.last_resize_step is None else k - self.last_resize_step
-        return trusted(
-            StepObservation,
-            step=k,
-            now_s=self.clock.now,
-            allocation=self.candidates[self.current],
-            recent=tuple(self.recent),
-            candidates=tuple(candidates),
-            steps_since_resize=since,
-            remaining_steps=self.num_steps - k - 1,
-            measured_resize_costs_s=self.measured_resize_costs_s,
-            lending=self._lending_offer(k) if self.can_lend else None,
-        )
+        values = {
+            "step": k,
+            "now_s": self.clock.now,
+            "allocation": self.candidates[self.current],
+            "recent": tuple(self.recent),
+            "candidates": tuple(candidates),
+            "steps_since_resize": since,
+            "remaining_steps": self.num_steps - k - 1,
+            "measured_resize_costs_s": self.measured_resize_costs_s,
+            "lending": self._lending_offer(k) if self.can_lend else None,
+        }
+        if self.observation_defaults:
+            values.update(self.observation_defaults)
+        # `trusted_complete` written out in place, as for the predictions above.
+        obs = new(StepObservation)
+        put(obs, "__dict__", values)
+        put(obs, "__pydantic_fields_set__", self.observation_fields)
+        put(obs, "__pydantic_extra__", None)
+        put(obs, "__pydantic_private__", None)
+        return obs
 
     def _lending_offer(self, k: int) -> LendingOffer | None:
         """What lending would give in the next step (a pipeline that lends says)."""
