@@ -57,8 +57,8 @@ def tree_makespan(response, lo, hi, concurrency, tree, leaves, bits):
         tree[leaves + k] = (response[lo + k] << bits) | k if k < concurrency else _KEY_LIMIT
     for node in range(leaves - 1, 0, -1):
         tree[node] = min(tree[2 * node], tree[2 * node + 1])
+    root = tree[1]
     for j in range(lo + concurrency, hi):
-        root = tree[1]
         node = leaves + (root & (leaves - 1))
         key = root + (response[j] << bits)
         tree[node] = key
@@ -66,6 +66,7 @@ def tree_makespan(response, lo, hi, concurrency, tree, leaves, bits):
             key = min(key, tree[node ^ 1])
             node >>= 1
             tree[node] = key
+        root = key  # the new root, kept in a register for the next sample
     longest = 0
     for k in range(concurrency):
         longest = max(longest, tree[leaves + k] >> bits)
@@ -108,17 +109,19 @@ def counts(prompt, response, starts, sizes, limited, concurrency):
     for c in range(num_chunks):
         lo = starts[c]
         hi = lo + sizes[c]
+        # Separate loops over the chunk: each is a plain reduction the compiler vectorises.
         total_prompt = 0
-        total_response = 0
-        longest = 0
         for j in range(lo, hi):
             total_prompt += prompt[j]
-            length = response[j]
-            total_response += length
-            longest = max(longest, length)
+        total_response = 0
+        for j in range(lo, hi):
+            total_response += response[j]
         prompt_sum[c] = total_prompt
         response_sum[c] = total_response
         if not limited or sizes[c] <= concurrency:
+            longest = 0
+            for j in range(lo, hi):
+                longest = max(longest, response[j])
             makespan[c] = longest
         elif 0 <= total_response < key_room:  # every finish time fits a key
             makespan[c] = tree_makespan(response, lo, hi, concurrency, tree, leaves, bits)
