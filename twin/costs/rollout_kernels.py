@@ -7,7 +7,8 @@ integers, they come out the same from any correct algorithm, so the two backends
 identical results:
 
 - `numba`: one compiled pass over all chunks; `T` by a tournament tree of slot free times
-  (O(n log C) per chunk, without data-dependent branches). Compiled on first use and cached on disk (`cache=True`).
+  (O(n log C) per chunk, without data-dependent branches). Compiled on first use and cached
+  on disk (`cache=True`).
 - `numpy`: the chunks as rows of a zero-padded matrix; `T` by assigning column j to each row's
   least-loaded slot, all rows at once.
 
