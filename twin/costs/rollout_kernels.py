@@ -105,6 +105,57 @@ def replica_counts(
     )
 
 
+def replica_counts_many(
+    prompt_tokens: np.ndarray,
+    response_tokens: np.ndarray,
+    step_offsets: np.ndarray,
+    *,
+    replica_counts_wanted: tuple[int, ...],
+    max_concurrent_seqs: int | None,
+    backend: KernelBackend | None = None,
+) -> dict[int, ReplicaCounts]:
+    """`replica_counts` for several replica counts of one workload (the candidates' splits),
+    equal to calling it once per count. The compiled backend schedules the chunks of every
+    count in one pass, chunks that start at the same sample sharing their schedule and sums
+    (`rollout_numba.grouped_counts`)."""
+    if max_concurrent_seqs is not None and max_concurrent_seqs < 1:
+        raise ValueError(f"max_concurrent_seqs must be at least 1, got {max_concurrent_seqs}")
+    counts = tuple(dict.fromkeys(replica_counts_wanted))
+    backend = backend or default_backend(len(response_tokens))
+    if backend is not KernelBackend.NUMBA or len(counts) < 2:
+        return {
+            r: replica_counts(
+                prompt_tokens,
+                response_tokens,
+                step_offsets,
+                num_replicas=r,
+                max_concurrent_seqs=max_concurrent_seqs,
+                backend=backend,
+            )
+            for r in counts
+        }
+    prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
+    response = np.ascontiguousarray(response_tokens, dtype=np.int64)
+    bounds = [chunk_bounds(step_offsets, r) for r in counts]
+    starts = np.concatenate([b[0] for b in bounds])
+    sizes = np.concatenate([b[1] for b in bounds])
+    order = np.lexsort((sizes, starts))
+    _numba_kernel()  # marks the compiled kernels as loaded in this process
+    from . import rollout_numba
+
+    limited = max_concurrent_seqs is not None
+    prompt_sums, makespans, response_sums = rollout_numba.grouped_counts(
+        prompt, response, starts, sizes, order, limited, max_concurrent_seqs or 1
+    )
+    result: dict[int, ReplicaCounts] = {}
+    first = 0
+    for r, (chunk_starts, _) in zip(counts, bounds, strict=True):
+        part = slice(first, first + len(chunk_starts))
+        result[r] = ReplicaCounts(prompt_sums[part], makespans[part], response_sums[part])
+        first = part.stop
+    return result
+
+
 def _segment_sums(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     cumulative = np.concatenate([[0], np.cumsum(values)])
     return cumulative[starts + sizes] - cumulative[starts]

@@ -149,3 +149,78 @@ def fifo_starts(lengths, concurrency):
         heap[0] += lengths[j]
         sift_down(heap, 0, concurrency)
     return starts
+
+
+@numba.njit(cache=True, nogil=True)
+def grouped_counts(prompt, response, starts, sizes, order, limited, concurrency):
+    """`counts` of every chunk, chunks that start at the same sample sharing one pass.
+
+    `order` lists the chunks by start, then size, ascending. A chunk is a prefix of every
+    longer chunk that starts where it does (the replica counts of different candidates split a
+    step at some of the same samples, at its first sample always), and FIFO scheduling of a
+    prefix is the start of the longer schedule: so each start is scheduled once, up to its
+    longest chunk, and a chunk's counts are read on the way: the running sums, and as its
+    makespan the latest finish time given so far (a slot's finish times only grow, so the
+    latest one given is its last).
+    """
+    num_chunks = len(sizes)
+    prompt_sum = np.zeros(num_chunks, dtype=np.int64)
+    makespan = np.zeros(num_chunks, dtype=np.int64)
+    response_sum = np.zeros(num_chunks, dtype=np.int64)
+    slots = max(concurrency, 1)
+    leaves, bits = tree_shape(slots)
+    tree = np.empty(2 * leaves, dtype=np.int64)
+    heap = np.empty(slots, dtype=np.int64)
+    key_room = _KEY_LIMIT >> bits
+    i = 0
+    while i < len(order):
+        lo = starts[order[i]]
+        end = i
+        while end + 1 < len(order) and starts[order[end + 1]] == lo:
+            end += 1
+        longest_chunk = sizes[order[end]]
+        total = 0
+        for j in range(lo, lo + longest_chunk):
+            total += response[j]
+        tree_fits = 0 <= total < key_room
+        done = 0
+        latest = 0
+        root = 0
+        total_prompt = 0
+        total_response = 0
+        for g in range(i, end + 1):
+            c = order[g]
+            while done < sizes[c]:
+                length = response[lo + done]
+                total_prompt += prompt[lo + done]
+                total_response += length
+                if not limited or done < concurrency:
+                    latest = max(latest, length)
+                    if limited:
+                        tree[leaves + done] = (length << bits) | done
+                elif tree_fits:
+                    if done == concurrency:  # every slot taken: the tree over them
+                        for k in range(concurrency, leaves):
+                            tree[leaves + k] = _KEY_LIMIT
+                        for node in range(leaves - 1, 0, -1):
+                            tree[node] = min(tree[2 * node], tree[2 * node + 1])
+                        root = tree[1]
+                    node = leaves + (root & (leaves - 1))
+                    key = root + (length << bits)
+                    latest = max(latest, key >> bits)
+                    tree[node] = key
+                    while node > 1:
+                        key = min(key, tree[node ^ 1])
+                        node >>= 1
+                        tree[node] = key
+                    root = key
+                done += 1
+            prompt_sum[c] = total_prompt
+            response_sum[c] = total_response
+            if limited and sizes[c] > concurrency and not tree_fits:
+                # Lengths too large for tree keys: this chunk by a heap of its own.
+                makespan[c] = heap_makespan(response, lo, lo + sizes[c], concurrency, heap)
+            else:
+                makespan[c] = latest
+        i = end + 1
+    return prompt_sum, makespan, response_sum
