@@ -122,7 +122,9 @@ def replica_counts_many(
         raise ValueError(f"max_concurrent_seqs must be at least 1, got {max_concurrent_seqs}")
     counts = tuple(dict.fromkeys(replica_counts_wanted))
     backend = backend or default_backend(len(response_tokens))
-    if backend is not KernelBackend.NUMBA or len(counts) < 2:
+    if backend is not KernelBackend.NUMBA or len(counts) < 2 or max_concurrent_seqs is None:
+        # Unlimited concurrency has no schedule to share: each count's sums and maxima are
+        # plain reductions, which `counts` vectorises and a shared pass would not.
         return {
             r: replica_counts(
                 prompt_tokens,
@@ -143,9 +145,8 @@ def replica_counts_many(
     _numba_kernel()  # marks the compiled kernels as loaded in this process
     from . import rollout_numba
 
-    limited = max_concurrent_seqs is not None
     prompt_sums, makespans, response_sums = rollout_numba.grouped_counts(
-        prompt, response, starts, sizes, order, limited, max_concurrent_seqs or 1
+        prompt, response, starts, sizes, order, max_concurrent_seqs
     )
     result: dict[int, ReplicaCounts] = {}
     first = 0

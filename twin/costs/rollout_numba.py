@@ -152,8 +152,9 @@ def fifo_starts(lengths, concurrency):
 
 
 @numba.njit(cache=True, nogil=True)
-def grouped_counts(prompt, response, starts, sizes, order, limited, concurrency):
-    """`counts` of every chunk, chunks that start at the same sample sharing one pass.
+def grouped_counts(prompt, response, starts, sizes, order, concurrency):
+    """`counts` of every chunk on `concurrency` slots, chunks that start at the same sample
+    sharing one pass.
 
     `order` lists the chunks by start, then size, ascending. A chunk is a prefix of every
     longer chunk that starts where it does (the replica counts of different candidates split a
@@ -167,10 +168,9 @@ def grouped_counts(prompt, response, starts, sizes, order, limited, concurrency)
     prompt_sum = np.zeros(num_chunks, dtype=np.int64)
     makespan = np.zeros(num_chunks, dtype=np.int64)
     response_sum = np.zeros(num_chunks, dtype=np.int64)
-    slots = max(concurrency, 1)
-    leaves, bits = tree_shape(slots)
+    leaves, bits = tree_shape(concurrency)
     tree = np.empty(2 * leaves, dtype=np.int64)
-    heap = np.empty(slots, dtype=np.int64)
+    heap = np.empty(concurrency, dtype=np.int64)
     key_room = _KEY_LIMIT >> bits
     i = 0
     while i < len(order):
@@ -194,10 +194,9 @@ def grouped_counts(prompt, response, starts, sizes, order, limited, concurrency)
                 length = response[lo + done]
                 total_prompt += prompt[lo + done]
                 total_response += length
-                if not limited or done < concurrency:
+                if done < concurrency:
                     latest = max(latest, length)
-                    if limited:
-                        tree[leaves + done] = (length << bits) | done
+                    tree[leaves + done] = (length << bits) | done
                 elif tree_fits:
                     if done == concurrency:  # every slot taken: the tree over them
                         for k in range(concurrency, leaves):
@@ -217,7 +216,7 @@ def grouped_counts(prompt, response, starts, sizes, order, limited, concurrency)
                 done += 1
             prompt_sum[c] = total_prompt
             response_sum[c] = total_response
-            if limited and sizes[c] > concurrency and not tree_fits:
+            if sizes[c] > concurrency and not tree_fits:
                 # Lengths too large for tree keys: this chunk by a heap of its own.
                 makespan[c] = heap_makespan(response, lo, lo + sizes[c], concurrency, heap)
             else:
