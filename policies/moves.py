@@ -7,8 +7,11 @@ rollout GPUs; the helpers never invent an allocation that is not a candidate.
 from __future__ import annotations
 
 from enum import Enum
+from operator import attrgetter
 
 from .types import Allocation, StepObservation
+
+_train_gpus = attrgetter("train_gpus")
 
 
 class Direction(str, Enum):
@@ -40,11 +43,20 @@ def direction_of_imbalance(imbalance: float) -> Direction | None:
 
 def candidates_towards(obs: StepObservation, direction: Direction) -> list[Allocation]:
     """Candidates strictly in `direction` from the current allocation, nearest first."""
+    # Filtered before sorted: the same list as filtering `obs.candidate_allocations()` (a stable
+    # sort keeps equal ones in the order given either way), without sorting at the edge of the
+    # candidate set, where a policy that keeps signalling asks at every step and gets none.
     current = obs.allocation.train_gpus
-    allocations = obs.candidate_allocations()  # most training GPUs first
     if direction is Direction.TO_ROLLOUT:
-        return [a for a in allocations if a.train_gpus < current]
-    return [a for a in reversed(allocations) if a.train_gpus > current]
+        towards = [c.allocation for c in obs.candidates if c.allocation.train_gpus < current]
+        if len(towards) > 1:
+            towards.sort(key=_train_gpus, reverse=True)  # most training GPUs (nearest) first
+        return towards
+    towards = [c.allocation for c in obs.candidates if c.allocation.train_gpus > current]
+    if len(towards) > 1:
+        towards.sort(key=_train_gpus, reverse=True)
+        towards.reverse()  # fewest training GPUs (nearest) first, as reversing the whole order
+    return towards
 
 
 def one_notch(obs: StepObservation, direction: Direction) -> Allocation | None:

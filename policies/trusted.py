@@ -9,9 +9,19 @@ models' validation.
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 _NUM_FIELDS: dict[type, int] = {}
 _new = object.__new__
-_set = object.__setattr__
+
+# The setters of the four slots every pydantic instance has, taken from BaseModel once:
+# calling a slot's descriptor directly skips the attribute look-up through the class's MRO
+# that `object.__setattr__(obj, name, value)` makes (a third of an instance's cost here).
+_SLOTS = vars(BaseModel)
+set_dict = _SLOTS["__dict__"].__set__
+set_fields_set = _SLOTS["__pydantic_fields_set__"].__set__
+set_extra = _SLOTS["__pydantic_extra__"].__set__
+set_private = _SLOTS["__pydantic_private__"].__set__
 
 
 def trusted(cls, **values):
@@ -40,8 +50,8 @@ def trusted_complete(cls, values: dict, fields_set: set[str] | None = None):
     same set to many instances of a frozen model: nothing changes it in place (`model_copy`
     copies it first)."""
     obj = _new(cls)
-    _set(obj, "__dict__", values)
-    _set(obj, "__pydantic_fields_set__", set(values) if fields_set is None else fields_set)
-    _set(obj, "__pydantic_extra__", None)
-    _set(obj, "__pydantic_private__", None)
+    set_dict(obj, values)
+    set_fields_set(obj, set(values) if fields_set is None else fields_set)
+    set_extra(obj, None)
+    set_private(obj, None)
     return obj

@@ -230,8 +230,10 @@ class StepObservation(BaseModel):
         return self.recent[-1]
 
     def candidate(self, allocation: Allocation) -> CandidatePrediction:
+        # `is` first: a caller hands the same allocation objects back, and pydantic's equality
+        # costs more than the rest of the look-up (an allocation equals itself).
         for c in self.candidates:
-            if c.allocation == allocation:
+            if c.allocation is allocation or c.allocation == allocation:
                 return c
         raise KeyError(f"{allocation} is not a candidate")
 

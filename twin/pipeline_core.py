@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from dynaresize.policies.trusted import trusted
+from dynaresize.policies.trusted import set_dict, set_extra, set_fields_set, set_private
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
@@ -33,7 +33,6 @@ from .resize_log import PhaseRow, ResizeLog
 __all__ = ["Clock", "PipelineCore"]
 
 _new = object.__new__
-_set = object.__setattr__
 
 
 class Clock(Protocol):
@@ -140,6 +139,10 @@ class PipelineCore:
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
         self.stage_times_fields = set(StageTimes.model_fields)
+        self.observation_fields = set(StepObservation.model_fields)
+        """Every field of an observation is given (`_observe`): one set for all of them."""
+        self.observation_defaults: dict[str, Any] | None = None
+        """Defaults of the fields `_observe` leaves out (none today), found at its first call."""
         self.candidates = costs.candidates
         """The candidate splits, by index (read at every step)."""
         self.plan_table: list[list[ResizePlan | None]] = [
@@ -151,7 +154,6 @@ class PipelineCore:
         ]
         """The plan of each move, by (current, target) index: looked up twice per resize, once
         built (None from a split to itself)."""
-        """The candidate splits, by index (read at every step)."""
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_log = ResizeLog()
@@ -210,9 +212,8 @@ class PipelineCore:
         self.step_resize_id[k] = resize_id
         # `trusted_complete` written out in place, as in `_observe`.
         times = _new(StageTimes)
-        _set(
+        set_dict(
             times,
-            "__dict__",
             {
                 "step": k,
                 "allocation": self.candidates[current],
@@ -225,9 +226,9 @@ class PipelineCore:
                 "lent": lent,
             },
         )
-        _set(times, "__pydantic_fields_set__", self.stage_times_fields)
-        _set(times, "__pydantic_extra__", None)
-        _set(times, "__pydantic_private__", None)
+        set_fields_set(times, self.stage_times_fields)
+        set_extra(times, None)
+        set_private(times, None)
         self.recent.append(times)
 
     _record = _record_step
@@ -270,34 +271,46 @@ class PipelineCore:
         }
 
     def _observe(self, k: int) -> StepObservation:
-        # The hot path: each prediction is `trusted_complete` written out in place (one call
-        # fewer per candidate per step), its dict a copy of the template plus the step time.
+        # The hot path: each prediction and the observation are `trusted_complete` written out
+        # in place (one call fewer per object per step), a prediction's dict a copy of the
+        # template plus the step time.
         fields = self.prediction_fields
         templates, predicted = self.prediction_templates[self.current], self.predicted[k]
-        new, put, prediction = _new, _set, CandidatePrediction
         candidates = []
         for template, step_s in zip(templates, predicted, strict=True):
             values = template.copy()
             values["predicted_step_s"] = step_s
-            obj = new(prediction)
-            put(obj, "__dict__", values)
-            put(obj, "__pydantic_fields_set__", fields)
-            put(obj, "__pydantic_extra__", None)
-            put(obj, "__pydantic_private__", None)
+            obj = _new(CandidatePrediction)
+            set_dict(obj, values)
+            set_fields_set(obj, fields)
+            set_extra(obj, None)
+            set_private(obj, None)
             candidates.append(obj)
         since = None if self.last_resize_step is None else k - self.last_resize_step
-        return trusted(
-            StepObservation,
-            step=k,
-            now_s=self.clock.now,
-            allocation=self.candidates[self.current],
-            recent=tuple(self.recent),
-            candidates=tuple(candidates),
-            steps_since_resize=since,
-            remaining_steps=self.num_steps - k - 1,
-            measured_resize_costs_s=self.measured_resize_costs_s,
-            lending=self._lending_offer(k) if self.can_lend else None,
-        )
+        values = {
+            "step": k,
+            "now_s": self.clock.now,
+            "allocation": self.candidates[self.current],
+            "recent": tuple(self.recent),
+            "candidates": tuple(candidates),
+            "steps_since_resize": since,
+            "remaining_steps": self.num_steps - k - 1,
+            "measured_resize_costs_s": self.measured_resize_costs_s,
+            "lending": self._lending_offer(k) if self.can_lend else None,
+        }
+        if self.observation_defaults is None:
+            model_fields = StepObservation.model_fields
+            self.observation_defaults = {
+                name: model_fields[name].get_default(call_default_factory=True)
+                for name in model_fields.keys() - values.keys()
+            }
+        values.update(self.observation_defaults)
+        obs = _new(StepObservation)
+        set_dict(obs, values)
+        set_fields_set(obs, self.observation_fields)
+        set_extra(obs, None)
+        set_private(obs, None)
+        return obs
 
     def _lending_offer(self, k: int) -> LendingOffer | None:
         """What lending would give in the next step (a pipeline that lends says)."""

@@ -24,7 +24,7 @@ from dynaresize.traces.workload import Workload
 
 from .config import ClusterConfig, ModelConfig, PipelineConfig
 from .costs import CostModels
-from .costs.rollout import rollout_stage_s_many
+from .costs.rollout import rollout_stage_s_by_replicas
 from .costs.sync import weight_sync_s
 from .costs.train import train_stage_s
 
@@ -106,14 +106,13 @@ def stage_time_components(
     tokens = tokens_per_step(workload) if tokens is None else tokens
     rollout = np.empty((num_steps, len(candidates)))
     train = np.empty((num_steps, len(candidates)))
-    by_replicas: dict[int, np.ndarray] = {}
+    by_replicas = rollout_stage_s_by_replicas(
+        workload,
+        replica_counts_wanted=tuple(cluster.num_rollout_replicas(cand) for cand in candidates),
+        params=costs.rollout,
+    )
     for c, cand in enumerate(candidates):
-        replicas = cluster.num_rollout_replicas(cand)
-        if replicas not in by_replicas:
-            by_replicas[replicas] = rollout_stage_s_many(
-                workload, num_replicas=replicas, params=costs.rollout
-            )
-        rollout[:, c] = by_replicas[replicas]
+        rollout[:, c] = by_replicas[cluster.num_rollout_replicas(cand)]
         train[:, c] = train_stage_s(
             tokens, train_gpus=cand.train_gpus, model=model, params=costs.train
         )

@@ -97,3 +97,89 @@ def test_numba_only_where_it_repays_its_load(monkeypatch):
     assert rollout_kernels.default_backend(10) is KernelBackend.NUMBA
     monkeypatch.setenv(rollout_kernels.NO_NUMBA_ENV, "1")
     assert rollout_kernels.default_backend(small + 1) is KernelBackend.NUMPY
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 10_000), min_size=1, max_size=300),
+    concurrency=st.integers(1, 70),
+)
+def test_tournament_tree_and_heap_give_the_reference_makespan(lengths, concurrency):
+    from dynaresize.twin.costs import rollout_numba
+    from dynaresize.twin.costs.rollout import simulate_replica_slots
+
+    response = np.array(lengths, dtype=np.int64)
+    if len(response) <= concurrency:
+        return
+    leaves, bits = rollout_numba.tree_shape(concurrency)
+    tree = np.empty(2 * leaves, dtype=np.int64)
+    heap = np.empty(concurrency, dtype=np.int64)
+    expected, _ = simulate_replica_slots(response, concurrency)
+    n = len(response)
+    assert rollout_numba.tree_makespan(response, 0, n, concurrency, tree, leaves, bits) == expected
+    assert rollout_numba.heap_makespan(response, 0, n, concurrency, heap) == expected
+
+
+def test_lengths_too_large_for_tree_keys_take_the_heap():
+    """Lengths whose sum does not fit a tree key (finish time shifted by the index bits) are
+    scheduled by the heap, and still give the reference makespan."""
+    from dynaresize.twin.costs.rollout import simulate_replica_slots
+
+    response = np.array([2**58, 3, 2**58, 5, 2**57, 7, 2**56], dtype=np.int64)
+    counts = replica_counts(
+        np.zeros(len(response), dtype=np.int64),
+        response,
+        np.array([0, len(response)]),
+        num_replicas=1,
+        max_concurrent_seqs=3,
+        backend=KernelBackend.NUMBA,
+    )
+    assert counts.decode_iterations.tolist() == [simulate_replica_slots(response, 3)[0]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    workload=workloads(),
+    concurrency=st.one_of(st.none(), st.integers(1, 12)),
+    counts=st.lists(st.integers(1, 9), min_size=1, max_size=5),
+)
+def test_counts_of_several_replica_counts_equal_one_call_each(workload, concurrency, counts):
+    """Chunks of different replica counts that start at the same sample share one schedule;
+    each count's counts equal those of its own call, on either backend."""
+    from dynaresize.twin.costs.rollout_kernels import replica_counts_many
+
+    args = (workload.prompt_tokens, workload.response_tokens, workload.step_offsets)
+    many = replica_counts_many(
+        *args,
+        replica_counts_wanted=tuple(counts),
+        max_concurrent_seqs=concurrency,
+        backend=KernelBackend.NUMBA,
+    )
+    assert sorted(many) == sorted(set(counts))
+    for r in counts:
+        one = replica_counts(
+            *args, num_replicas=r, max_concurrent_seqs=concurrency, backend=KernelBackend.NUMPY
+        )
+        for field in ("prompt_tokens_total", "decode_iterations", "active_seq_iterations"):
+            assert getattr(many[r], field).tolist() == getattr(one, field).tolist()
+
+
+def test_several_replica_counts_with_lengths_too_large_for_tree_keys():
+    from dynaresize.twin.costs.rollout import simulate_replica_slots
+    from dynaresize.twin.costs.rollout_kernels import replica_counts_many
+
+    response = np.array([2**58, 3, 2**58, 5, 2**57, 7, 2**56, 1], dtype=np.int64)
+    many = replica_counts_many(
+        np.zeros(len(response), dtype=np.int64),
+        response,
+        np.array([0, len(response)]),
+        replica_counts_wanted=(1, 2),
+        max_concurrent_seqs=3,
+        backend=KernelBackend.NUMBA,
+    )
+    assert many[1].decode_iterations.tolist() == [simulate_replica_slots(response, 3)[0]]
+    halves = [
+        simulate_replica_slots(response[:4], 3)[0],
+        simulate_replica_slots(response[4:], 3)[0],
+    ]
+    assert many[2].decode_iterations.tolist() == halves

@@ -40,7 +40,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ...traces.workload import Workload
-from .rollout_kernels import KernelBackend, replica_counts
+from .rollout_kernels import KernelBackend, ReplicaCounts, replica_counts, replica_counts_many
 
 # Defaults: a Qwen3-8B-class dense model (36 layers, 8 KV heads of dim 128, bf16 KV cache, so
 # 144 KiB of KV per token) served by one 96 GB H20-class GPU per replica, vLLM-style with CUDA
@@ -255,11 +255,38 @@ def rollout_stage_s_many(
         max_concurrent_seqs=params.max_concurrent_seqs,
         backend=backend,
     )
+    return _stage_s(counts, workload.num_steps, num_replicas, params)
+
+
+def rollout_stage_s_by_replicas(
+    workload: Workload,
+    *,
+    replica_counts_wanted: tuple[int, ...],
+    params: RolloutCostParams,
+    backend: KernelBackend | None = None,
+) -> dict[int, np.ndarray]:
+    """`rollout_stage_s_many` for each of several replica counts (the candidates' splits), by
+    replica count: the same arrays, the counts of all of them computed in one pass."""
+    many = replica_counts_many(
+        workload.prompt_tokens,
+        workload.response_tokens,
+        workload.step_offsets,
+        replica_counts_wanted=replica_counts_wanted,
+        max_concurrent_seqs=params.max_concurrent_seqs,
+        backend=backend,
+    )
+    return {r: _stage_s(counts, workload.num_steps, r, params) for r, counts in many.items()}
+
+
+def _stage_s(
+    counts: ReplicaCounts, num_steps: int, num_replicas: int, params: RolloutCostParams
+) -> np.ndarray:
+    """Stage seconds of every step from its replicas' counts."""
     seconds = replica_seconds(
         counts.prompt_tokens_total, counts.decode_iterations, counts.active_seq_iterations, params
     )
-    if workload.num_steps == 0:
+    if num_steps == 0:
         return np.zeros(0, dtype=np.float64)
     # Empty replicas have all-zero counts, hence 0 s; the slowest replica sets the stage time.
-    slowest = seconds.reshape(workload.num_steps, num_replicas).max(axis=1)
+    slowest = seconds.reshape(num_steps, num_replicas).max(axis=1)
     return slowest * contention_factor(num_replicas, params)
