@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dynaresize.traces.worker_steps import RolloutReplicaStep
+
 
 @dataclass(frozen=True)
 class RolloutSample:
@@ -61,6 +63,8 @@ class RolloutBatch:
     """Longest rollout replica's wall time for this batch (the stage's duration)."""
     replica_s: dict[int, float] = field(default_factory=dict)
     """Wall time of each replica (worker id) that took part."""
+    replicas: list[RolloutReplicaStep] = field(default_factory=list)
+    """Each replica's part in detail, for the trace (none for a batch read back from disk)."""
 
     def response_lengths(self) -> np.ndarray:
         return np.array([len(s.response_token_ids) for s in self.samples], dtype=np.int64)

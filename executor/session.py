@@ -51,10 +51,9 @@ from .step_records import (
     ResizeLabel,
     StepClock,
     decision_record,
-    lineage_records,
     phase_records,
-    sample_records,
     step_record,
+    step_rows,
     transfer_records,
 )
 from .strategies.catalog import STRATEGIES, build_strategy
@@ -379,7 +378,7 @@ class LiveSession:
         )
         self.resize_before_step = None
         self.observer.step_recorded(record, roles.allocation)
-        self.log.step(record, sample_records(step, batch), lineage_records(step, batch, reports))
+        self.log.step(record, *step_rows(step, batch, reports, roles))
 
     def _record_background(self, phases: list[PhaseTiming]) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""

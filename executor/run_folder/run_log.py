@@ -117,8 +117,8 @@ class RunLog:
     def step(
         self, record: StepRecord, samples: Iterable[BaseModel], lineage: Iterable[LineageRecord]
     ) -> None:
-        """A step's record, its samples' records, and the samples as the trainers consumed
-        them."""
+        """A step's record, its samples' and workers' records (`samples`), and the samples as
+        the trainers consumed them."""
         self.recorder.write([record, *samples])
         self.recorder.write_lineage(lineage)
 

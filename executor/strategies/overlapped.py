@@ -92,7 +92,18 @@ class OverlappedStrategy(ResizeStrategy):
         self._ready = True
 
     def before_train(self, runtime: Runtime) -> None:
+        """Before the first step on a new split: settle the last resize's background moves if
+        they have all landed already (in the sync pipeline they land while the batch is
+        generated). Settling drops the old slices the senders held and returns the moves'
+        blocks to the device, so that the first step finds the memory every later step finds
+        on a device the roles share, rather than with the resize's leftovers still held."""
         self.prepare(runtime)
+        if self._background_workers:
+            finished = runtime.call(
+                self._background_workers, OverlappedWorkerSide.background_finished
+            ).wait("asking whether background moves ended")
+            if all(finished.values()):
+                self.after_step(runtime)
 
     def after_step(self, runtime: Runtime) -> None:
         """After the first step on a new split: collect when the background work ended."""

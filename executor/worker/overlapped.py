@@ -276,6 +276,16 @@ class OverlappedWorkerSide(RoutedTransfers, HostSyncWorkerSide):
         trainer.deferred_moments = deferred
         return deferred
 
+    def background_finished(self) -> bool:
+        """Whether this worker's background work of the last resize has ended (sends sent,
+        moments loaded): settling it then waits for nothing."""
+        work = self._background
+        if work is None:
+            return True
+        if any(thread.is_alive() for thread in work.threads):
+            return False
+        return work.deferred is None or work.deferred.done
+
     def settle_background_moves(self) -> dict[str, float] | None:
         """Finish this worker's background work of the last resize; report when it ended."""
         work = self._background

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
+from dynaresize.traces.worker_steps import RolloutReplicaStep
+
 from ..batch import RolloutBatch, RolloutSample
 from ..config import LiveConfig
 from ..engines.interface import FinishReason, GenerationRequest, RolloutEngine, SamplingParams
@@ -29,6 +31,7 @@ from ..job.prompt_source import PromptItem
 from ..job.scoring import SampleScorer
 from ..rl.settings import ObjectiveSettings
 from .objective import group_advantages
+from .step_timing import host_load_1m
 
 
 def sampler_config(live: LiveConfig, shape: RolloutShape | None = None) -> SamplerConfig:
@@ -60,6 +63,12 @@ class RolloutReport:
     weights_version: int
     wall_s: float
     samples: list[RolloutSample]
+    engine_s: float | None = None
+    """The engine's own generate call (the rest of wall_s is requests and scoring)."""
+    decode_iterations: int | None = None
+    """Engine steps the call took (None: the engine does not count them)."""
+    host_load_1m: float | None = None
+    """The host's one-minute load average when the call started."""
 
 
 class RolloutRole:
@@ -106,6 +115,7 @@ class RolloutRole:
     def generate(self, *, batch_id: int, items: list[PromptItem]) -> RolloutReport:
         """Generate and score every sample of the given prompts of batch `batch_id`."""
         start = time.perf_counter()
+        load = host_load_1m()
         by_id = {item.prompt_id: item for item in items}
         requests = [
             GenerationRequest(
@@ -148,6 +158,9 @@ class RolloutRole:
             weights_version=self.weights_version,
             wall_s=time.perf_counter() - start,
             samples=samples,
+            engine_s=output.wall_s,
+            decode_iterations=len(output.active_batch_per_step) or None,
+            host_load_1m=load,
         )
 
 
@@ -169,4 +182,18 @@ def collect_batch(
         samples=group_advantages(samples, settings=objective),
         rollout_s=max(r.wall_s for r in reports.values()),
         replica_s={w: r.wall_s for w, r in reports.items()},
+        replicas=[replica_step(r) for _, r in sorted(reports.items())],
+    )
+
+
+def replica_step(report: RolloutReport) -> RolloutReplicaStep:
+    """The trace's record of one replica's part of a batch."""
+    return RolloutReplicaStep(
+        worker_id=report.worker_id,
+        wall_s=report.wall_s,
+        engine_s=report.engine_s,
+        decode_iterations=report.decode_iterations,
+        samples=len(report.samples),
+        response_tokens=sum(len(s.response_token_ids) for s in report.samples),
+        host_load_1m=report.host_load_1m,
     )

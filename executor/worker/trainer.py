@@ -29,6 +29,7 @@ from .deferred_optimizer import DeferredOptimizerState
 from .microbatch import NUM_STATS, length_buckets, micro_batch_token_budget, microbatch_backward
 from .objective import LogprobGap, pack
 from .shards import OPTIMIZER_TENSORS, ShardLayout, ShardState
+from .step_timing import PartClock, allocator_counts, device_free_bytes, host_load_1m
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,26 @@ class TrainReport:
     """(prompt_id, sample_index) of every sample this trainer trained on."""
     logprob_gap: LogprobGap = field(default_factory=LogprobGap)
     """Engine-reported vs recomputed logprobs of its samples (a health figure)."""
+    parts: StepParts | None = None
+    """Where the step's time went on this trainer, and the memory it found."""
+
+
+@dataclass(frozen=True)
+class StepParts:
+    """One trainer's step in parts (`traces.worker_steps.TrainWorkerStep` records them)."""
+
+    compute_s: float
+    all_reduce_s: float
+    optimizer_s: float
+    all_gather_s: float
+    moments_wait_s: float
+    micro_batches: int
+    token_budget: int | None
+    device_free_bytes: int | None
+    device_allocs: int | None
+    alloc_retries: int | None
+    reserved_bytes: int | None
+    host_load_1m: float | None
 
 
 class TrainerRole:
@@ -89,6 +110,9 @@ class TrainerRole:
         """Moments still loading in the background after a resize; the first optimizer step
         and any export before it wait for them."""
         self._flat: torch.Tensor | None = None
+        self._last_token_budget: int | None = None
+        self._last_micro_batches = 0
+        """The last step's token budget and micro-batch count (its record's)."""
         """fp32 buffer of num_ranks x padded slice elements on the device: the gradient while
         the step accumulates and reduces, then the gathered master weights."""
 
@@ -202,23 +226,64 @@ class TrainerRole:
         """
         start = time.perf_counter()
         version = self.optimizer_step
-        figures = self.step(samples, num_batch_tokens=num_batch_tokens)
+        load = host_load_1m()
+        free = device_free_bytes(self.device)
+        counts_before = allocator_counts(self.device)
+        deferred = self.deferred_moments
+        waited_before = deferred.waited_s if deferred is not None and deferred.installed else None
+        clock = PartClock(self.device)
+        figures = self.step(samples, num_batch_tokens=num_batch_tokens, clock=clock)
         loss_sum, gap_sum, gap_tokens, grad_norm = figures.tolist()  # the step's one read
+        train_s = time.perf_counter() - start
+        seconds = clock.seconds()
+        counts_after = allocator_counts(self.device)
+        allocs = retries = None
+        if counts_before is not None and counts_after is not None:
+            allocs = counts_after[0] - counts_before[0]
+            retries = counts_after[1] - counts_before[1]
+        moments_wait_s = 0.0
+        if deferred is not None and deferred.installed and waited_before is None:
+            moments_wait_s = deferred.waited_s  # installed by this step's update
+        parts = StepParts(
+            compute_s=seconds["compute"],
+            all_reduce_s=seconds["all_reduce"],
+            optimizer_s=seconds["optimizer"],
+            all_gather_s=seconds["all_gather"],
+            moments_wait_s=moments_wait_s,
+            micro_batches=self._last_micro_batches,
+            token_budget=self._last_token_budget,
+            device_free_bytes=free,
+            device_allocs=allocs,
+            alloc_retries=retries,
+            reserved_bytes=(
+                int(torch.cuda.memory_reserved(self.device)) if self.device.type == "cuda" else None
+            ),
+            host_load_1m=load,
+        )
         return TrainReport(
             worker_id=self.worker_id,
             rank=self.rank,
             weights_version=version,
-            train_s=time.perf_counter() - start,
+            train_s=train_s,
             loss_sum=loss_sum,
             grad_norm=grad_norm,
             consumed=tuple(s.key for s in samples),
             logprob_gap=LogprobGap(gap_sum, round(gap_tokens)),
+            parts=parts,
         )
 
-    def step(self, samples: list[RolloutSample], *, num_batch_tokens: int) -> torch.Tensor:
+    def step(
+        self,
+        samples: list[RolloutSample],
+        *,
+        num_batch_tokens: int,
+        clock: PartClock | None = None,
+    ) -> torch.Tensor:
         """The step without reading anything back: returns the device tensor [loss sum, gap
         sum, gap tokens, gradient norm]. Moves nothing to host memory on the none and device
-        paths (a CUDA test counts the copies)."""
+        paths (a CUDA test counts the copies). `clock` marks the end of each part (compute,
+        all_reduce, optimizer, all_gather) without synchronising."""
+        mark = clock.mark if clock is not None else (lambda name: None)
         master, optimizer = self.master_and_optimizer()
         flat = self._flat_buffer()
         grads = flat[: self.layout.numel]
@@ -238,7 +303,9 @@ class TrainerRole:
                 stats=stats,
             )
             self._accumulate(views)
+        mark("compute")
         self.collectives.all_reduce_(grads)
+        mark("all_reduce")
         grad_norm = torch.linalg.vector_norm(grads)
         stats[NUM_STATS] = grad_norm
         if self.settings.grad_clip_norm is not None:
@@ -249,7 +316,9 @@ class TrainerRole:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         self.optimizer_step += 1
+        mark("optimizer")
         self._gather_into_model(flat)
+        mark("all_gather")
         self.model.eval()
         return stats
 
@@ -269,6 +338,7 @@ class TrainerRole:
         buckets = length_buckets(
             [s.num_tokens for s in samples], max_tokens=budget, max_rows=max_rows
         )
+        self._last_token_budget, self._last_micro_batches = budget, len(buckets)
         return [[samples[i] for i in bucket] for bucket in buckets]
 
     def refresh_model(self) -> None:

@@ -20,6 +20,7 @@ says it moves state, the state size of the trace's model is used, and the report
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from ..costs.resize import (
     runs_on_move,
 )
 from ..costs.resize_strategies import STRATEGY_COSTS
+from .fit_first_step import fit_first_train_step
 from .fit_paths import fit_path_bandwidths, same_node_durations, transfer_records
 from .phase_fit import ParamStatus, PhaseFit, fit_one_phase
 from .resize_measure import critical_phase_spans, measured_critical_paths
@@ -343,8 +345,20 @@ class ResizeStageFitter:
             interconnect_bandwidth_gbps=self.interconnect_bandwidth_gbps,
             require_determined=self.require_determined,
         )
+        first = fit_first_train_step(inputs.steps, model=inputs.model, train=costs.train)
+        fit = dataclasses.replace(
+            fit,
+            params=fit.params.model_copy(
+                update={
+                    "first_train_step_s": first.general_s,
+                    "first_train_step_s_by_trainers": first.by_trainers,
+                }
+            ),
+            notes=[*fit.notes, first.describe()],
+        )
         self.result = fit
-        params = {}
+        params = {"first_train_step_s": first.general_s}
+        params |= {f"first_train_step_s.{n}": s for n, s in first.by_trainers.items()}
         for p in fit.phases:
             key = f"{p.strategy.value}.{p.phase.value}"
             params[f"{key}.base_s"] = p.base_s

@@ -7,7 +7,10 @@ moves (weights, optimizer state, or both) and `s_per_gb` is scaled by the ratio 
 bandwidth to the bandwidth of the link it crosses. The pipeline stalls for the latest end of any
 critical phase (the longest path through the DAG, background dependencies included); background
 work still running after that point slows the next step by `background_contention` of its length
-and the next training stage cannot finish before it does.
+and the next training stage cannot finish before it does. A first training step on a new split
+may be slower for reasons of its own (new buffers and allocations on a device the roles share);
+where calibration measured that excess (`first_train_step_s`, per trainer count), the next
+training stage pays the larger of it and the contention.
 
 The phases' parameters and the default tables (the paper's breakdown for Qwen3-8B on 8 H20s)
 are in `resize_phases`; this module plans a resize from them.
@@ -27,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.phases import PhaseName, StrategyName
 
-from .memory import GB, ModelConfig
+from .memory import ModelConfig
 from .phase_order import topological_order
 from .resize_phases import (
     Link,
@@ -35,8 +38,10 @@ from .resize_phases import (
     MovedShare,
     PhaseCostParams,
     StateMoved,
+    changed_owner_fraction,
     default_overlapped_phases,
     default_stop_and_rebuild_phases,
+    gb_moved,
 )
 from .resize_strategies import STRATEGY_COSTS
 from .transfer_paths import PathBandwidths, off_path_seconds, recut_shares_by_path
@@ -86,6 +91,20 @@ class ResizeCostParams(BaseModel):
         description="Seconds of every resize's stall outside its phases: the driver's round "
         "trips to the workers and the records written at the boundary.",
     )
+    first_train_step_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Seconds the first training step on a new split takes beyond the train "
+        "stage's model, for trainer counts without a figure of their own in "
+        "first_train_step_s_by_trainers. Measured against the model, it holds whatever that "
+        "step carries (the background work's contention included), so a plan charges the "
+        "larger of it and the background contention, never both.",
+    )
+    first_train_step_s_by_trainers: dict[int, float] = Field(
+        default_factory=dict,
+        description="first_train_step_s of moves to a split with this many trainers (the key), "
+        "where the traces show enough of them.",
+    )
     stop_and_rebuild: dict[PhaseName, PhaseCostParams] = Field(
         default_factory=default_stop_and_rebuild_phases,
         description="Phases of the stop-and-rebuild strategy.",
@@ -123,6 +142,24 @@ class ResizeCostParams(BaseModel):
                 "rollout_reinit starts rollout engines: it cannot run on moves gaining training"
             )
         return table
+
+    @field_validator("first_train_step_s_by_trainers")
+    @classmethod
+    def _counts_and_seconds(cls, table: dict[int, float]) -> dict[int, float]:
+        for trainers, seconds in table.items():
+            if trainers < 1 or not seconds >= 0 or seconds == float("inf"):
+                raise ValueError(
+                    f"first_train_step_s_by_trainers: {trainers} trainers -> {seconds} s; "
+                    "trainer counts are >= 1 and seconds finite and >= 0"
+                )
+        return table
+
+    def first_train_step_extra_s(self, trainers_after: int | None) -> float:
+        """Seconds the first training step after a move to `trainers_after` trainers takes
+        beyond a steady one (the general figure where the count has none, or is not known)."""
+        if trainers_after is None:
+            return self.first_train_step_s
+        return self.first_train_step_s_by_trainers.get(trainers_after, self.first_train_step_s)
 
     @model_validator(mode="after")
     def _acyclic(self) -> ResizeCostParams:
@@ -182,37 +219,12 @@ class ResizePlan:
     background_tail_s: float
     """How long background work runs on after the stall ends (0 if it ends before)."""
     slowdown_s: float
-    """Seconds the background work adds to the next training stage by contending with it."""
+    """Seconds the next training stage takes beyond a steady one: the background work's
+    contention with it, or the measured excess of a first step on the new split if larger."""
 
     @property
     def total_s(self) -> float:
         return self.critical_s + self.background_tail_s
-
-
-def gb_moved(state: StateMoved, model: ModelConfig) -> float:
-    return {
-        StateMoved.NONE: 0.0,
-        StateMoved.WEIGHTS: model.weights_gb,
-        StateMoved.OPTIMIZER_STATE: model.optimizer_state_gb,
-        StateMoved.TRAIN_STATE: model.train_state_gb,
-        StateMoved.MASTER_WEIGHTS: model.num_params * model.master_bytes_per_param / GB,
-        StateMoved.OPTIMIZER_MOMENTS: model.num_params * model.optimizer_bytes_per_param / GB,
-    }[state]
-
-
-def changed_owner_fraction(trainers_before: int, trainers_after: int) -> float:
-    """Share of a state cut into equal contiguous slices, one per trainer, that changes owner
-    when it is re-cut from `trainers_before` to `trainers_after` slices, the trainers that stay
-    keeping their rank order: 1 minus the overlap of each remaining rank's old and new slice.
-    2 -> 1 and 2 -> 3 move half the state, 1 -> 3 and 3 -> 1 two thirds."""
-    if trainers_before < 1 or trainers_after < 1:
-        raise ValueError(f"trainer counts must be >= 1, got {trainers_before}, {trainers_after}")
-    kept = 0.0
-    for rank in range(min(trainers_before, trainers_after)):
-        lo = max(rank / trainers_before, rank / trainers_after)
-        hi = min((rank + 1) / trainers_before, (rank + 1) / trainers_after)
-        kept += max(0.0, hi - lo)
-    return max(0.0, 1.0 - kept)
 
 
 class ResizePlans:
@@ -330,7 +342,11 @@ def plan_resize(
     critical_s += params.coordination_s
     overhang = [max(0.0, p.end_s - max(p.start_s, critical_s)) for p in planned if not p.critical]
     background_tail_s = max(overhang, default=0.0)
-    slowdown_s = params.background_contention * sum(overhang)
+    # The measured first-step excess holds the background work's contention too: the larger.
+    slowdown_s = max(
+        params.background_contention * sum(overhang),
+        params.first_train_step_extra_s(trainers_after),
+    )
     return ResizePlan(strategy, tuple(planned), critical_s, background_tail_s, slowdown_s)
 
 

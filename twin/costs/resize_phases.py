@@ -7,7 +7,8 @@ them. The default tables reproduce the paper's breakdown for Qwen3-8B on 8 H20s
 overlapped strategy, whose deferred optimizer restore and communicator prewarm run in the
 background. The figure prints four values per strategy whose assignment to phases is not certain
 and which do not add up exactly to the stated totals; the defaults keep the four groups and hit
-the totals.
+the totals. The gigabytes a phase moves (`gb_moved`) and the share of a re-cut state that
+changes owner (`changed_owner_fraction`) are the phase's own arithmetic, so they are here too.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynaresize.traces.phases import PhaseName
+
+from .memory import GB, ModelConfig
 
 
 class StateMoved(str, Enum):
@@ -166,3 +169,29 @@ def default_overlapped_phases() -> dict[PhaseName, PhaseCostParams]:
             critical=False,
         ),
     }
+
+
+def gb_moved(state: StateMoved, model: ModelConfig) -> float:
+    return {
+        StateMoved.NONE: 0.0,
+        StateMoved.WEIGHTS: model.weights_gb,
+        StateMoved.OPTIMIZER_STATE: model.optimizer_state_gb,
+        StateMoved.TRAIN_STATE: model.train_state_gb,
+        StateMoved.MASTER_WEIGHTS: model.num_params * model.master_bytes_per_param / GB,
+        StateMoved.OPTIMIZER_MOMENTS: model.num_params * model.optimizer_bytes_per_param / GB,
+    }[state]
+
+
+def changed_owner_fraction(trainers_before: int, trainers_after: int) -> float:
+    """Share of a state cut into equal contiguous slices, one per trainer, that changes owner
+    when it is re-cut from `trainers_before` to `trainers_after` slices, the trainers that stay
+    keeping their rank order: 1 minus the overlap of each remaining rank's old and new slice.
+    2 -> 1 and 2 -> 3 move half the state, 1 -> 3 and 3 -> 1 two thirds."""
+    if trainers_before < 1 or trainers_after < 1:
+        raise ValueError(f"trainer counts must be >= 1, got {trainers_before}, {trainers_after}")
+    kept = 0.0
+    for rank in range(min(trainers_before, trainers_after)):
+        lo = max(rank / trainers_before, rank / trainers_after)
+        hi = min((rank + 1) / trainers_before, (rank + 1) / trainers_after)
+        kept += max(0.0, hi - lo)
+    return max(0.0, 1.0 - kept)
