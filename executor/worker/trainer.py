@@ -110,11 +110,11 @@ class TrainerRole:
         """Moments still loading in the background after a resize; the first optimizer step
         and any export before it wait for them."""
         self._flat: torch.Tensor | None = None
+        """fp32 buffer of num_ranks x padded slice elements on the device: the gradient while
+        the step accumulates and reduces, then the gathered master weights."""
         self._last_token_budget: int | None = None
         self._last_micro_batches = 0
         """The last step's token budget and micro-batch count (its record's)."""
-        """fp32 buffer of num_ranks x padded slice elements on the device: the gradient while
-        the step accumulates and reduces, then the gathered master weights."""
 
     # --- state ---------------------------------------------------------------------------
 
