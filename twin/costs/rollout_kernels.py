@@ -118,7 +118,7 @@ def replica_counts_many(
     """`replica_counts` for several replica counts of one workload (the candidates' splits),
     equal to calling it once per count. The compiled backend schedules the chunks of every
     count in one pass, chunks that start at the same sample sharing their schedule and sums
-    (`rollout_numba.grouped_counts`)."""
+    (`rollout_grouped.grouped_counts`)."""
     if max_concurrent_seqs is not None and max_concurrent_seqs < 1:
         raise ValueError(f"max_concurrent_seqs must be at least 1, got {max_concurrent_seqs}")
     counts = tuple(dict.fromkeys(replica_counts_wanted))
@@ -154,9 +154,9 @@ def replica_counts_many(
     sizes = np.concatenate([b[1] for b in bounds])
     order = np.lexsort((sizes, starts))
     _numba_kernel()  # marks the compiled kernels as loaded in this process
-    from . import rollout_numba
+    from . import rollout_grouped
 
-    prompt_sums, makespans, response_sums = rollout_numba.grouped_counts(
+    prompt_sums, makespans, response_sums = rollout_grouped.grouped_counts(
         prompt, response, starts, sizes, order, max_concurrent_seqs
     )
     result: dict[int, ReplicaCounts] = {}
