@@ -104,9 +104,12 @@ def draw_block(
     generator in the order of the one-seed draw: the component choices, each component's
     lengths, the prompts.
 
-    Each component's lengths are drawn together, sorted by component, into one buffer, the
-    buffer the choices' uniforms were drawn into, and the prompts' draws reuse it too; each
-    chunk of steps then takes its samples' lengths from their components' runs, in order.
+    Each component's lengths are drawn together, sorted by component, into one buffer: the
+    buffer the choices' uniforms were drawn into, which the prompts' draws then reuse too. Each
+    chunk of steps takes its samples' lengths from their components' runs, in order, and is
+    finished straight into the int64 results. So a block touches one float32 buffer and its two
+    results, where a fresh array per pass would pay the first touch of its pages each time (on
+    a cold build, a good part of the draw's cost).
     """
     per_step = config.samples_per_step
     rows = len(scale)
