@@ -1,5 +1,7 @@
-"""The numba kernel behind `replica_counts_many` under a KV limit: the counts of several replica
-counts' chunks in one pass, chunks that start at the same sample sharing their schedule.
+"""The numba kernels behind `replica_counts_many`: the counts of several replica counts' chunks
+in one pass. Where no chunk waits for a slot (`unqueued_counts`), each run of samples between
+two chunk starts is reduced once; under a KV limit (`grouped_counts`), chunks that start at the
+same sample share their schedule.
 
 A chunk is a prefix of every longer chunk that starts where it does (the replica counts of
 different candidates split a step at some of the same samples, at its first sample always), and
@@ -253,4 +255,52 @@ def grouped_counts(prompt, response, starts, sizes, order, concurrency):
                 h_b = _read_out(chunks, h_b, end_b, done, b, shape[1], out)
             _finish(prompt, response, lo_b, done, tree_b, shape, chunks, h_b, end_b, b, out)
         _finish(prompt, response, lo_a, done, tree_a, shape, chunks, h_a, end_a, a, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def unqueued_counts(prompt, response, cuts, starts, sizes):
+    """Counts of chunks that never queue (makespan: the longest response), as
+    `rollout_kernels._unqueued_counts` gives them: each run of samples from one of `cuts` (every
+    chunk start, sorted, once) to the next reduced in one pass over the samples, then each
+    chunk's counts from its runs."""
+    runs = len(cuts)
+    run_prompt = np.zeros(runs, dtype=np.int64)
+    run_response = np.zeros(runs, dtype=np.int64)
+    run_longest = np.zeros(runs, dtype=np.int64)
+    for i in range(runs):
+        lo, hi = cuts[i], cuts[i + 1] if i + 1 < runs else len(response)
+        total_prompt = 0
+        total_response = 0
+        longest = 0
+        for j in range(lo, hi):
+            total_prompt += prompt[j]
+            total_response += response[j]
+            longest = max(longest, response[j])
+        run_prompt[i], run_response[i], run_longest[i] = total_prompt, total_response, longest
+    out = (
+        np.zeros(len(sizes), dtype=np.int64),
+        np.zeros(len(sizes), dtype=np.int64),
+        np.zeros(len(sizes), dtype=np.int64),
+    )
+    i = 0
+    for c in range(len(sizes)):
+        # Each count's chunks tile the samples in order: a walk along the runs, from the first
+        # run again where a chunk does not start at the end of the one before (the next count).
+        if c > 0 and starts[c] != starts[c - 1] + sizes[c - 1]:
+            i = 0
+        while i < runs and cuts[i] < starts[c]:
+            i += 1
+        if sizes[c] == 0:
+            continue
+        end = starts[c] + sizes[c]
+        total_prompt = 0
+        total_response = 0
+        longest = 0
+        while i < runs and cuts[i] < end:
+            total_prompt += run_prompt[i]
+            total_response += run_response[i]
+            longest = max(longest, run_longest[i])
+            i += 1
+        out[0][c], out[1][c], out[2][c] = total_prompt, longest, total_response
     return out

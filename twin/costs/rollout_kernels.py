@@ -134,6 +134,7 @@ def replica_counts_many(
             np.ascontiguousarray(prompt_tokens, dtype=np.int64),
             np.ascontiguousarray(response_tokens, dtype=np.int64),
             dict(zip(counts, bounds, strict=True)),
+            backend or default_backend(len(response_tokens)),
         )
     backend = backend or default_backend(len(response_tokens))
     if backend is not KernelBackend.NUMBA or len(counts) < 2:
@@ -172,6 +173,7 @@ def _unqueued_counts(
     prompt: np.ndarray,
     response: np.ndarray,
     bounds: dict[int, tuple[np.ndarray, np.ndarray]],
+    backend: KernelBackend,
 ) -> dict[int, ReplicaCounts]:
     """Counts of chunks that never queue (makespan = longest response), for several replica
     counts at once.
@@ -179,30 +181,45 @@ def _unqueued_counts(
     Every count's chunks tile the samples, so the starts of all of them cut the samples into
     runs with no chunk boundary of any count inside: each run's sums and maximum are taken
     once (three reductions over the samples, not three per count), and a chunk's counts are
-    those of its runs combined. Integer sums and maxima, so the same as reducing each chunk.
+    those of its runs combined. Integer sums and maxima, so the same as reducing each chunk,
+    on either backend (compiled: `rollout_grouped.unqueued_counts`; numpy: `reduceat`).
     """
     n = len(response)
     cuts = np.sort(np.concatenate([starts for starts, _ in bounds.values()]))
     # Each start once (sorted, a plain comparison is cheaper than `np.unique`'s hashing); a
     # chunk that starts at the end is empty.
     cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1])) & (cuts < n)]
+    if backend is KernelBackend.NUMBA:
+        _numba_kernel()  # marks the compiled kernels as loaded in this process
+        from . import rollout_grouped
+
+        every_start = np.concatenate([starts for starts, _ in bounds.values()])
+        every_size = np.concatenate([sizes for _, sizes in bounds.values()])
+        values = rollout_grouped.unqueued_counts(prompt, response, cuts, every_start, every_size)
+        result: dict[int, ReplicaCounts] = {}
+        first = 0
+        for r, (chunk_starts, _) in bounds.items():
+            part = slice(first, first + len(chunk_starts))
+            result[r] = ReplicaCounts(*(v[part] for v in values))
+            first = part.stop
+        return result
     if n:
         run_prompt = np.add.reduceat(prompt, cuts)
         run_response = np.add.reduceat(response, cuts)
         # The kernels' maximum starts from 0 (an empty chunk's makespan).
         run_longest = np.maximum(np.maximum.reduceat(response, cuts), 0)
-    result: dict[int, ReplicaCounts] = {}
+    result = {}
     for r, (starts, sizes) in bounds.items():
-        values = [np.zeros(len(sizes), dtype=np.int64) for _ in range(3)]
+        columns = [np.zeros(len(sizes), dtype=np.int64) for _ in range(3)]
         filled = np.flatnonzero(sizes)
         if len(filled):
             # The filled chunks tile the samples in order: each is the runs from its first one
             # up to the next filled chunk's first.
-            first = np.searchsorted(cuts, starts[filled])
-            values[0][filled] = np.add.reduceat(run_prompt, first)
-            values[1][filled] = np.maximum.reduceat(run_longest, first)
-            values[2][filled] = np.add.reduceat(run_response, first)
-        result[r] = ReplicaCounts(*values)
+            first_run = np.searchsorted(cuts, starts[filled])
+            columns[0][filled] = np.add.reduceat(run_prompt, first_run)
+            columns[1][filled] = np.maximum.reduceat(run_longest, first_run)
+            columns[2][filled] = np.add.reduceat(run_response, first_run)
+        result[r] = ReplicaCounts(*columns)
     return result
 
 
