@@ -76,13 +76,13 @@ def _exp_affine(draws: np.ndarray, slope: float, intercept: float) -> np.ndarray
 
 
 def _round_into(out: np.ndarray, values: np.ndarray, low: float, high: float) -> None:
-    """Round `values` to whole tokens and clip them to [low, high], in place, then write them
-    into `out` (int64) (fmax and fmin also turn a NaN, from 0 x inf at extreme drift, into a
-    bound rather than a garbage integer)."""
-    np.rint(values, out=values)
+    """Clip `values` to [low, high] in place, then round them to whole tokens into `out` (int64)
+    in the same pass as the conversion. fmax and fmin also turn a NaN, from 0 x inf at extreme
+    drift, into a bound rather than a garbage integer; with whole-token bounds, rounding after
+    the clip gives what clipping the rounded values would."""
     np.fmax(values, low, out=values)
     np.fmin(values, high, out=values)
-    np.copyto(out, values, casting="unsafe")
+    np.rint(values, out=out, casting="unsafe")
 
 
 CHUNK_SAMPLES = 1 << 16
