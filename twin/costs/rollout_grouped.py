@@ -201,11 +201,12 @@ def grouped_counts(prompt, response, starts, sizes, order, concurrency):
     chunks = (sizes, order)
     shape = tree_shape(concurrency)
     key_room = _KEY_LIMIT >> shape[1]
-    # Every finish time fits a key where the longest response times the samples does.
+    # Every finish time stays below key_room (fits a key) where the samples times the longest
+    # response does.
     longest = 0
     for j in range(len(response)):
         longest = max(longest, response[j])
-    all_fit = longest <= key_room // max(len(response), 1)
+    all_fit = longest < key_room // max(len(response), 1)
     first = np.empty(len(order) + 1, dtype=np.int64)
     num_groups = 0
     for i in range(len(order)):
