@@ -26,12 +26,13 @@ from .rollout_numba import _KEY_LIMIT, heap_makespan, tree_shape
 
 
 @numba.njit(cache=True, nogil=True)
-def _head(prompt, response, lo, concurrency, tree, shape, chunks, h, end, out):
+def _head(samples, lo, concurrency, tree, shape, chunks, h, end, out):
     """The first samples of a group (chunks `order[h:end]` of `chunks = (sizes, order)`, by
     size), each into a slot of its own, up to `concurrency` or the longest chunk: the counts of
     the chunks that end among them, then, where the group goes on past the slots, the tree over
     them. Returns the next chunk and the group's state (root, latest key, prompt and response
-    sums) for `_advance`."""
+    sums) for `_advance`. `samples`: the (prompt, response) lengths."""
+    prompt, response = samples
     sizes, order = chunks
     leaves, bits = shape
     prompt_sum, makespan, response_sum = out
@@ -67,8 +68,9 @@ def _head(prompt, response, lo, concurrency, tree, shape, chunks, h, end, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _advance(prompt, response, lo, j0, j1, tree, shape, state):
+def _advance(samples, lo, j0, j1, tree, shape, state):
     """Samples j0..j1 of the group at `lo` into its tree, each to the slot that frees first."""
+    prompt, response = samples
     leaves, bits = shape
     root, latest, total_prompt, total_response = state
     mask = leaves - 1
@@ -89,8 +91,9 @@ def _advance(prompt, response, lo, j0, j1, tree, shape, state):
 
 
 @numba.njit(cache=True, nogil=True)
-def _advance_two(prompt, response, lo_a, lo_b, j0, j1, tree_a, tree_b, shape, a, b):
+def _advance_two(samples, lo_a, lo_b, j0, j1, tree_a, tree_b, shape, a, b):
     """`_advance` of two groups at once, their updates interleaved."""
+    prompt, response = samples
     leaves, bits = shape
     root_a, latest_a, prompt_a, response_a = a
     root_b, latest_b, prompt_b, response_b = b
@@ -137,12 +140,12 @@ def _read_out(chunks, h, end, done, state, bits, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _finish(prompt, response, lo, done, tree, shape, chunks, h, end, state, out):
+def _finish(samples, lo, done, tree, shape, chunks, h, end, state, out):
     """The rest of one group's chunks, alone."""
     sizes, order = chunks
     while h < end:
         stop = sizes[order[h]]
-        state = _advance(prompt, response, lo, done, stop, tree, shape, state)
+        state = _advance(samples, lo, done, stop, tree, shape, state)
         done = stop
         h = _read_out(chunks, h, end, done, state, shape[1], out)
 
@@ -198,6 +201,7 @@ def grouped_counts(prompt, response, starts, sizes, order, concurrency):
         np.zeros(num_chunks, dtype=np.int64),
         np.zeros(num_chunks, dtype=np.int64),
     )
+    samples = (prompt, response)
     chunks = (sizes, order)
     shape = tree_shape(concurrency)
     key_room = _KEY_LIMIT >> shape[1]
@@ -223,7 +227,7 @@ def grouped_counts(prompt, response, starts, sizes, order, concurrency):
         lo, h, end = starts[order[first[g]]], first[g], first[g + 1]
         longest_chunk = sizes[order[end - 1]]
         if longest_chunk <= concurrency:
-            _head(prompt, response, lo, concurrency, tree_a, shape, chunks, h, end, out)
+            _head(samples, lo, concurrency, tree_a, shape, chunks, h, end, out)
             continue
         fits = all_fit
         if not fits:
@@ -239,23 +243,20 @@ def grouped_counts(prompt, response, starts, sizes, order, concurrency):
     for i in range(0, len(by_length), 2):
         ga = by_length[i]
         lo_a, end_a = starts[order[first[ga]]], first[ga + 1]
-        h_a, a = _head(prompt, response, lo_a, concurrency, tree_a, shape, chunks, first[ga],
-                       end_a, out)  # fmt: skip
+        h_a, a = _head(samples, lo_a, concurrency, tree_a, shape, chunks, first[ga], end_a, out)
         done = concurrency
         if i + 1 < len(by_length):
             gb = by_length[i + 1]
             lo_b, end_b = starts[order[first[gb]]], first[gb + 1]
-            h_b, b = _head(prompt, response, lo_b, concurrency, tree_b, shape, chunks, first[gb],
-                           end_b, out)  # fmt: skip
+            h_b, b = _head(samples, lo_b, concurrency, tree_b, shape, chunks, first[gb], end_b, out)
             while h_a < end_a and h_b < end_b:
                 stop = min(sizes[order[h_a]], sizes[order[h_b]])
-                a, b = _advance_two(prompt, response, lo_a, lo_b, done, stop, tree_a, tree_b,
-                                    shape, a, b)  # fmt: skip
+                a, b = _advance_two(samples, lo_a, lo_b, done, stop, tree_a, tree_b, shape, a, b)
                 done = stop
                 h_a = _read_out(chunks, h_a, end_a, done, a, shape[1], out)
                 h_b = _read_out(chunks, h_b, end_b, done, b, shape[1], out)
-            _finish(prompt, response, lo_b, done, tree_b, shape, chunks, h_b, end_b, b, out)
-        _finish(prompt, response, lo_a, done, tree_a, shape, chunks, h_a, end_a, a, out)
+            _finish(samples, lo_b, done, tree_b, shape, chunks, h_b, end_b, b, out)
+        _finish(samples, lo_a, done, tree_a, shape, chunks, h_a, end_a, a, out)
     return out
 
 
