@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .synthetic_draw import draw_block, draw_components, draw_lengths
 from .workload import Workload
 
 __all__ = [
@@ -133,58 +134,6 @@ class WorkloadConfig(_Strict):
         return scale, weights / weights.sum(axis=1, keepdims=True)
 
 
-def _draw_components(rng: np.random.Generator, weights: np.ndarray, per_step: int) -> np.ndarray:
-    """Component index of every sample, as a (num_steps, per_step) int8 matrix.
-
-    One uniform per sample compared with each step's cumulative weights, one boundary at a time:
-    K - 1 passes over the samples and no samples x components matrix.
-    """
-    num_steps, num_components = weights.shape
-    u = rng.random((num_steps, per_step), dtype=np.float32)
-    cumulative = np.cumsum(weights, axis=1).astype(np.float32)
-    which = np.zeros((num_steps, per_step), dtype=np.int8)
-    for j in range(num_components - 1):
-        which += u >= cumulative[:, j, None]
-    return which
-
-
-def _draw_lengths(rng: np.random.Generator, component: LengthComponent, size: int) -> np.ndarray:
-    """`size` unscaled response lengths from one component's distribution.
-
-    Single precision: lengths become whole tokens below a few million, where float32 is exact
-    to well under one token, and it halves the memory traffic of the exp.
-    """
-    if component.distribution is LengthDistribution.PARETO:
-        # Classical Pareto parametrised by its median: x_m = median / 2**(1/alpha), and
-        # x = x_m * exp(E / alpha) with E standard exponential.
-        alpha = component.tail_index
-        log_x_m = np.log(component.median_tokens) - np.log(2.0) / alpha
-        return _exp_affine(rng.standard_exponential(size, dtype=np.float32), 1.0 / alpha, log_x_m)
-    return _exp_affine(
-        rng.standard_normal(size, dtype=np.float32),
-        component.sigma,
-        np.log(component.median_tokens),
-    )
-
-
-def _exp_affine(draws: np.ndarray, slope: float, intercept: float) -> np.ndarray:
-    """exp(intercept + slope * draws), in place."""
-    draws *= np.float32(slope)
-    draws += np.float32(intercept)
-    with np.errstate(over="ignore"):  # an overflow is an inf, clipped to the maximum length
-        np.exp(draws, out=draws)
-    return draws
-
-
-def _round_into_int64(values: np.ndarray, low: float, high: float) -> np.ndarray:
-    """Round to whole tokens and clip to [low, high], in place, then convert once (fmax and fmin
-    also turn a NaN, from 0 x inf at extreme drift, into a bound rather than a garbage integer)."""
-    np.rint(values, out=values)
-    np.fmax(values, low, out=values)
-    np.fmin(values, high, out=values)
-    return values.astype(np.int64)
-
-
 def generate_workload(config: WorkloadConfig, num_steps: int, seed: int) -> Workload:
     """Draw every sample of every step from one seed; same inputs, same workload.
 
@@ -230,18 +179,22 @@ def _draw_streams(
     choices = np.random.default_rng(seed)
     num_components = len(config.components)
     counts = np.zeros(num_components, dtype=np.int64)
+    block_samples = steps_per_block * per_step
+    scratch = np.empty(min(num_steps * per_step, block_samples), dtype=np.float32)
     if num_components == 1:
         counts[0] = num_steps * per_step
     else:
         _, weights = config.schedule(num_steps)
         for lo in range(0, num_steps, steps_per_block):
-            which = _draw_components(rng, weights[lo : lo + steps_per_block], per_step)
-            counts += np.bincount(which.reshape(-1), minlength=num_components)
+            part = weights[lo : lo + steps_per_block]
+            which = draw_components(rng, part, per_step, scratch[: len(part) * per_step])
+            counts += [np.count_nonzero(which == j) for j in range(num_components)]
     lengths = []
     for component, count in zip(config.components, counts, strict=True):
         lengths.append(_generator_at(rng))
-        for lo in range(0, int(count), steps_per_block * per_step):
-            _draw_lengths(rng, component, min(steps_per_block * per_step, int(count) - lo))
+        for lo in range(0, int(count), block_samples):
+            size = min(block_samples, int(count) - lo)
+            draw_lengths(rng, component, size, out=scratch[:size])
     return choices, lengths, rng
 
 
@@ -270,32 +223,12 @@ def workload_blocks(
     else:
         choices, lengths, prompts = _draw_streams(config, num_steps, seed, steps_per_block)
     scale, weights = config.schedule(num_steps)
-    comps = config.components
     for first in range(0, num_steps, steps_per_block):
         last = min(num_steps, first + steps_per_block)
-        n = (last - first) * per_step
-        response = np.empty((last - first, per_step), dtype=np.float32)
-        if len(comps) == 1:
-            response.reshape(-1)[:] = _draw_lengths(lengths[0], comps[0], n)
-        else:
-            which = _draw_components(choices, weights[first:last], per_step).reshape(-1)
-            flat = response.reshape(-1)
-            for j, component in enumerate(comps):
-                members = np.flatnonzero(which == j)
-                flat[members] = _draw_lengths(lengths[j], component, len(members))
-        with np.errstate(over="ignore", invalid="ignore"):
-            response *= scale[first:last, None].astype(np.float32)
-        response_tokens = _round_into_int64(
-            response.reshape(-1), config.min_response_tokens, config.max_response_tokens
+        yield (
+            first,
+            draw_block(config, choices, lengths, prompts, scale[first:last], weights[first:last]),
         )
-        prompt = _exp_affine(
-            prompts.standard_normal(n, dtype=np.float32),
-            config.prompt_sigma,
-            np.log(config.prompt_median_tokens),
-        )
-        prompt_tokens = _round_into_int64(prompt, 1, config.max_prompt_tokens)
-        offsets = np.arange(last - first + 1, dtype=np.int64) * per_step
-        yield first, Workload(prompt_tokens, response_tokens, offsets, config.name)
 
 
 def _short_qa(weight: float) -> LengthComponent:

@@ -30,7 +30,9 @@ class StaticBaselines:
 
     @property
     def totals_s(self) -> dict[str, float]:
-        return dict(zip(self.table["allocation"], self.table["total_s"], strict=True))
+        # As lists: iterating the columns themselves goes through pandas value by value.
+        table = self.table
+        return dict(zip(table["allocation"].tolist(), table["total_s"].tolist(), strict=True))
 
     @property
     def best_allocation(self) -> str:

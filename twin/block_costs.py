@@ -21,7 +21,12 @@ from dynaresize.traces.workload import Workload
 from ._lazy import LazyModule
 from .config import ScenarioConfig
 from .costs import CostModels
-from .step_costs import StepCosts, stage_time_components, static_step_times, tokens_per_step
+from .step_costs import (
+    StepCosts,
+    stage_time_components,
+    static_step_times,
+    tokens_and_response_sums,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -35,10 +40,13 @@ CONTEXT_BLOCK_SAMPLES = BLOCK_SAMPLES
 with more than this holds one block at a time, never the whole workload."""
 
 
-def _sorted_rows(per_step: np.ndarray) -> np.ndarray:
+def _sorted_rows(per_step: np.ndarray, row_sums: np.ndarray) -> np.ndarray:
     """Each row sorted; in int32 when the lengths fit (sorting half the bytes is twice as fast),
-    the int32 copy sorted in place (a second fresh array would cost its pages' first touch)."""
-    if per_step.size and per_step.max() < np.iinfo(np.int32).max:
+    the int32 copy sorted in place (a second fresh array would cost its pages' first touch).
+    Lengths are never negative and their sums stay far inside 64-bit integers (the workloads'
+    bounds, `config.MAX_TOKENS_PER_SAMPLE`), so every length fits where every row's sum does:
+    the sums the step statistics have anyway answer it without a pass over the lengths."""
+    if per_step.size and row_sums.max() < np.iinfo(np.int32).max:
         rows = per_step.astype(np.int32)
         rows.sort(axis=1)
         return rows
@@ -55,14 +63,17 @@ def _percentile_of_sorted(rows: np.ndarray, q: float) -> np.ndarray:
     return b - (b - a) * (1.0 - t) if t >= 0.5 else a + (b - a) * t
 
 
-def _step_stats(workload: Workload, tokens: np.ndarray) -> pd.DataFrame:
-    """Samples, tokens and response-length statistics of every step."""
+def _step_stats(
+    workload: Workload, tokens: np.ndarray, response_sums: np.ndarray | None
+) -> pd.DataFrame:
+    """Samples, tokens and response-length statistics of every step; `response_sums` (from
+    `tokens_and_response_sums`) given exactly where the steps are of one size."""
     sizes = np.diff(workload.step_offsets)
     n = workload.num_steps
-    if n and np.all(sizes == sizes[0]) and sizes[0] > 0:
+    if response_sums is not None and sizes[0] > 0:
         per_step = workload.response_tokens.reshape(n, int(sizes[0]))
-        ordered = _sorted_rows(per_step)
-        mean = per_step.sum(axis=1) / per_step.shape[1]
+        ordered = _sorted_rows(per_step, response_sums)
+        mean = response_sums / per_step.shape[1]
         p50, p99 = _percentile_of_sorted(ordered, 50), _percentile_of_sorted(ordered, 99)
         longest = ordered[:, -1].astype(np.float64)
     else:
@@ -122,7 +133,7 @@ class _BlockCosts:
 def block_costs(
     config: ScenarioConfig, costs: CostModels, block: Workload, *, starts_run: bool
 ) -> _BlockCosts:
-    tokens = tokens_per_step(block)
+    tokens, response_sums = tokens_and_response_sums(block)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         rollout, train, sync = stage_time_components(
             block,
@@ -133,7 +144,7 @@ def block_costs(
             tokens=tokens,
             starts_run=starts_run,
         )
-    return _BlockCosts(tokens, rollout, train, sync, _step_stats(block, tokens))
+    return _BlockCosts(tokens, rollout, train, sync, _step_stats(block, tokens, response_sums))
 
 
 def step_costs_by_block(

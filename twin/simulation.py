@@ -308,11 +308,13 @@ def simulate(
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
         )
     )
+    decision_columns: dict[str, list | np.ndarray] = dict(records.decisions)
+    if "lend" not in decision_columns:  # a run that could not lend lent nothing
+        # Given before the frame is built: a column replaced in a built frame costs a copy.
+        decision_columns["lend"] = np.zeros(len(records.decision_rows), dtype=bool)
     steps = _steps_frame(records, ctx.step_stats)
     resizes = _frame(records.resizes, RESIZE_COLUMNS)
-    decisions = _frame(records.decisions, DECISION_COLUMNS, ints=("resize_id",))
-    if "lend" not in records.decisions:  # a run that could not lend lent nothing
-        decisions["lend"] = np.zeros(len(decisions), dtype=bool)
+    decisions = _frame(decision_columns, DECISION_COLUMNS, ints=("resize_id",))
     base = config.simulation.baseline_allocation
     summary = summarize_run(
         policy=name,

@@ -37,6 +37,7 @@ __all__ = [
     "steady_step_s",
     "steady_step_s_without_warmup",
     "step_time_matrix",
+    "tokens_and_response_sums",
     "tokens_per_step",
 ]
 
@@ -76,14 +77,21 @@ def tokens_per_step(workload: Workload) -> np.ndarray:
     Steps of one size (every synthetic workload) are rows of a matrix: integer row sums, with no
     per-sample step index or float weights; ragged workloads take the general route.
     """
+    return tokens_and_response_sums(workload)[0]
+
+
+def tokens_and_response_sums(workload: Workload) -> tuple[np.ndarray, np.ndarray | None]:
+    """`tokens_per_step`, and each step's response tokens (int64) where the steps are of one
+    size (None for a ragged workload): the row sums that the tokens are made of, for a caller
+    that needs them too."""
     sizes = np.diff(workload.step_offsets)
     n = workload.num_steps
     if n == 0 or not np.all(sizes == sizes[0]):
-        return workload.tokens_per_step()
+        return workload.tokens_per_step(), None
     width = int(sizes[0])
     prompt = workload.prompt_tokens.reshape(n, width).sum(axis=1)
     response = workload.response_tokens.reshape(n, width).sum(axis=1)
-    return (prompt + response).astype(np.float64)
+    return (prompt + response).astype(np.float64), response
 
 
 def stage_time_components(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -183,3 +184,31 @@ def test_several_replica_counts_with_lengths_too_large_for_tree_keys():
         simulate_replica_slots(response[4:], 3)[0],
     ]
     assert many[2].decode_iterations.tolist() == halves
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("concurrency", [None, 200])
+@pytest.mark.parametrize("sizes", [[117], [117, 0, 40, 1, 64]])
+def test_counts_of_unqueued_chunks_equal_one_call_each(backend, concurrency, sizes):
+    """Where no chunk waits for a slot, every replica count's counts come from one pass over
+    the runs of samples between chunk starts; a count of one replica among others (on one step,
+    its one chunk starts where the next count's first does), and empty steps, included."""
+    from dynaresize.twin.costs.rollout_kernels import replica_counts_many
+
+    rng = np.random.default_rng(3)
+    w = Workload.from_steps(
+        [rng.integers(0, 3000, n) for n in sizes], [rng.integers(0, 9000, n) for n in sizes]
+    )
+    args = (w.prompt_tokens, w.response_tokens, w.step_offsets)
+    many = replica_counts_many(
+        *args,
+        replica_counts_wanted=(1, 5, 2, 7, 2),
+        max_concurrent_seqs=concurrency,
+        backend=backend,
+    )
+    for r in (1, 5, 2, 7):
+        one = replica_counts(
+            *args, num_replicas=r, max_concurrent_seqs=concurrency, backend=KernelBackend.NUMPY
+        )
+        for field in ("prompt_tokens_total", "decode_iterations", "active_seq_iterations"):
+            assert getattr(many[r], field).tolist() == getattr(one, field).tolist()

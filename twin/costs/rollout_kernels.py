@@ -118,14 +118,26 @@ def replica_counts_many(
     """`replica_counts` for several replica counts of one workload (the candidates' splits),
     equal to calling it once per count. The compiled backend schedules the chunks of every
     count in one pass, chunks that start at the same sample sharing their schedule and sums
-    (`rollout_numba.grouped_counts`)."""
+    (`rollout_grouped.grouped_counts`)."""
     if max_concurrent_seqs is not None and max_concurrent_seqs < 1:
         raise ValueError(f"max_concurrent_seqs must be at least 1, got {max_concurrent_seqs}")
     counts = tuple(dict.fromkeys(replica_counts_wanted))
+    if not counts:
+        return {}
+    bounds = [chunk_bounds(step_offsets, r) for r in counts]
+    if max_concurrent_seqs is None or all(
+        len(sizes) == 0 or sizes.max() <= max_concurrent_seqs for _, sizes in bounds
+    ):
+        # No chunk waits for a slot: its makespan is its longest response, and every count's
+        # counts are sums and maxima over runs of samples, shared as `_unqueued_counts` says.
+        return _unqueued_counts(
+            np.ascontiguousarray(prompt_tokens, dtype=np.int64),
+            np.ascontiguousarray(response_tokens, dtype=np.int64),
+            dict(zip(counts, bounds, strict=True)),
+            backend or default_backend(len(response_tokens)),
+        )
     backend = backend or default_backend(len(response_tokens))
-    if backend is not KernelBackend.NUMBA or len(counts) < 2 or max_concurrent_seqs is None:
-        # Unlimited concurrency has no schedule to share: each count's sums and maxima are
-        # plain reductions, which `counts` vectorises and a shared pass would not.
+    if backend is not KernelBackend.NUMBA or len(counts) < 2:
         return {
             r: replica_counts(
                 prompt_tokens,
@@ -139,14 +151,13 @@ def replica_counts_many(
         }
     prompt = np.ascontiguousarray(prompt_tokens, dtype=np.int64)
     response = np.ascontiguousarray(response_tokens, dtype=np.int64)
-    bounds = [chunk_bounds(step_offsets, r) for r in counts]
     starts = np.concatenate([b[0] for b in bounds])
     sizes = np.concatenate([b[1] for b in bounds])
     order = np.lexsort((sizes, starts))
     _numba_kernel()  # marks the compiled kernels as loaded in this process
-    from . import rollout_numba
+    from . import rollout_grouped
 
-    prompt_sums, makespans, response_sums = rollout_numba.grouped_counts(
+    prompt_sums, makespans, response_sums = rollout_grouped.grouped_counts(
         prompt, response, starts, sizes, order, max_concurrent_seqs
     )
     result: dict[int, ReplicaCounts] = {}
@@ -155,6 +166,60 @@ def replica_counts_many(
         part = slice(first, first + len(chunk_starts))
         result[r] = ReplicaCounts(prompt_sums[part], makespans[part], response_sums[part])
         first = part.stop
+    return result
+
+
+def _unqueued_counts(
+    prompt: np.ndarray,
+    response: np.ndarray,
+    bounds: dict[int, tuple[np.ndarray, np.ndarray]],
+    backend: KernelBackend,
+) -> dict[int, ReplicaCounts]:
+    """Counts of chunks that never queue (makespan = longest response), for several replica
+    counts at once.
+
+    Every count's chunks tile the samples, so the starts of all of them cut the samples into
+    runs with no chunk boundary of any count inside: each run's sums and maximum are taken
+    once (three reductions over the samples, not three per count), and a chunk's counts are
+    those of its runs combined. Integer sums and maxima, so the same as reducing each chunk,
+    on either backend (compiled: `rollout_grouped.unqueued_counts`; numpy: `reduceat`).
+    """
+    n = len(response)
+    cuts = np.sort(np.concatenate([starts for starts, _ in bounds.values()]))
+    # Each start once (sorted, a plain comparison is cheaper than `np.unique`'s hashing); a
+    # chunk that starts at the end is empty.
+    cuts = cuts[np.concatenate(([True], cuts[1:] != cuts[:-1])) & (cuts < n)]
+    if backend is KernelBackend.NUMBA:
+        _numba_kernel()  # marks the compiled kernels as loaded in this process
+        from . import rollout_grouped
+
+        every_start = np.concatenate([starts for starts, _ in bounds.values()])
+        every_size = np.concatenate([sizes for _, sizes in bounds.values()])
+        values = rollout_grouped.unqueued_counts(prompt, response, cuts, every_start, every_size)
+        result: dict[int, ReplicaCounts] = {}
+        first = 0
+        for r, (chunk_starts, _) in bounds.items():
+            part = slice(first, first + len(chunk_starts))
+            result[r] = ReplicaCounts(*(v[part] for v in values))
+            first = part.stop
+        return result
+    if n:
+        run_prompt = np.add.reduceat(prompt, cuts)
+        run_response = np.add.reduceat(response, cuts)
+        # The kernels' maximum starts from 0 (an empty chunk's makespan).
+        run_longest = np.maximum(np.maximum.reduceat(response, cuts), 0)
+    result = {}
+    for r, (starts, sizes) in bounds.items():
+        columns = [np.zeros(len(sizes), dtype=np.int64) for _ in range(3)]
+        filled = np.flatnonzero(sizes)
+        if len(filled):
+            # The filled chunks tile the samples in order: each is the runs from its first one
+            # up to the next filled chunk's first.
+            first_run = np.searchsorted(cuts, starts[filled])
+            columns[0][filled] = np.add.reduceat(run_prompt, first_run)
+            columns[1][filled] = np.maximum.reduceat(run_longest, first_run)
+            columns[2][filled] = np.add.reduceat(run_response, first_run)
+        result[r] = ReplicaCounts(*columns)
     return result
 
 
