@@ -26,6 +26,7 @@ from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.staged_dir import staged_dir
 from dynaresize.traces.workload import Workload
 
+from .block_costs import holds_samples
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
 from .simulation import SimContext, SimResult, build_context, simulate
@@ -153,9 +154,18 @@ def run_comparison(
     policies: Sequence[PolicyConfigBase],
     *,
     workload: Workload | None = None,
+    samples: SharedSamples | None = None,
 ) -> SimComparison:
-    """Simulate each policy on the scenario's workload (or the one given) and compare."""
+    """Simulate each policy on the scenario's workload (or the one given) and compare.
+
+    `samples`, the run folder's shared samples table (`SharedSamples`, not yet started), is
+    started as soon as the context is built, where the runs will need it (whole-batch runs,
+    which keep no samples of their own): its writing then overlaps the simulation rather than
+    following it.
+    """
     context = build_context(config, workload=workload)
+    if samples is not None and not holds_samples(config):
+        samples.start(context)
     runs = {
         name: simulate(config, build_policy(cfg), context=context)
         for name, cfg in zip(run_names([str(cfg.kind) for cfg in policies]), policies, strict=True)
@@ -328,6 +338,7 @@ def write_comparison(
     timeline_png: bool = False,
     mechanisms: MechanismComparison | None = None,
     chrome_trace_max_steps: int | None = CHROME_TRACE_MAX_STEPS,
+    samples: SharedSamples | None = None,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
     timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
@@ -338,6 +349,8 @@ def write_comparison(
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
+    `samples`, the shared samples table `run_comparison` started beside `out_dir`, is used where
+    started; else the table is started here.
     """
     from dynaresize.traces.jsonl_io import dumps_finite
 
@@ -353,7 +366,9 @@ def write_comparison(
         # beside everything else, a chunk at a time straight from its arrays, and linked into
         # every folder of a run without samples of its own once they are all written.
         needed = any(run.samples is None for run in comparison.runs.values())
-        with SharedSamples(comparison.context, beside=staging, needed=needed) as shared:
+        if samples is None or not samples.started:
+            samples = SharedSamples(comparison.context, beside=staging, needed=needed)
+        with samples as shared:
             _write_run(
                 staging,
                 first,
