@@ -101,7 +101,7 @@ class _Pipeline(PipelineCore):
         start_s = self.clock.now
         next_rollout_s = 0.0
         if k + 1 < self.num_steps:
-            next_rollout_s = self.rollout_s[k + 1][self.current]
+            next_rollout_s = self.rollout_s_on[self.current][k + 1]
             self.batch_rollout_s[k + 1] = next_rollout_s
             self.batch_version[k + 1] = k
             self.records.rollout_intervals.append((start_s, start_s + next_rollout_s))
@@ -141,7 +141,7 @@ class _Pipeline(PipelineCore):
                 yield gate
             if self.paused:
                 yield self.resume
-            duration_s = self.rollout_s[batch][self.current]
+            duration_s = self.rollout_s_on[self.current][batch]
             start_s = self.env.now
             version = self.version
             self.in_flight_ends_s = start_s + duration_s

@@ -7,7 +7,7 @@ the pipeline that follows batches sample by sample (sample_pipeline.py) shares t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -62,7 +62,7 @@ class PipelineRecords:
 
     steps: dict[str, np.ndarray | list] = field(default_factory=dict)
     """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
-    resizes: dict[str, np.ndarray] = field(default_factory=dict)
+    resizes: dict[str, Any] = field(default_factory=dict)
     """Resize phase columns (`resize_log.ResizeLog.columns`), filled at the end of the run."""
     decisions: dict[str, list] = field(default_factory=dict)
     decision_rows: list[tuple] = field(default_factory=list)

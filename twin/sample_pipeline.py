@@ -99,7 +99,7 @@ class SamplePipeline(_Pipeline):
             contention=lambda count: contention_factor(count, params),
             replicas=list(range(self.num_replicas[self.current])),
             start_s=self.env.now,
-            duration_s=self.rollout_s[b][self.current],
+            duration_s=self.rollout_s_on[self.current][b],
             keep_tokens=self.keep_tokens,
             warmup_s=params.first_step_warmup_s if b == 0 else 0.0,
         )
@@ -244,7 +244,7 @@ class SamplePipeline(_Pipeline):
             start_s, version = self.env.now, self.version
             self.in_flight = (b, batch)
             self.in_flight_ends_s = batch.end_s
-            duration_s = self.rollout_s[b][self.current]
+            duration_s = self.rollout_s_on[self.current][b]
             wait_s, disturbed, aborted = duration_s, False, False
             while True:
                 try:

@@ -98,8 +98,10 @@ def _frame(
             data[name] = np.full(rows, SCHEMA_VERSION)
         elif name in ints:
             data[name] = _nullable_ints(columns.get(name, [None] * rows))
-        else:
-            data[name] = columns.get(name, [None] * rows)
+        elif name in columns:
+            data[name] = columns[name]
+        else:  # a field the twin does not record: nulls, as a column of None objects
+            data[name] = pd.Series(np.full(rows, None, dtype=object), dtype=object)
     return pd.DataFrame(data)
 
 

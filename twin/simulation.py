@@ -22,6 +22,7 @@ from dynaresize.traces.workload import Workload
 from . import block_costs
 from ._lazy import LazyModule
 from .baselines import StaticBaselines, static_baselines
+from .collector import full_collections_held
 from .config import ScenarioConfig
 from .context_cache import cache_get, cache_put, context_key
 from .costs import CostModels
@@ -293,6 +294,18 @@ def simulate(
         policy = policy_config_or_object
         policy.reset()
     name = _policy_name(policy)
+    with full_collections_held():
+        return _simulate(config, policy, name, ctx, clairvoyant_lending=clairvoyant_lending)
+
+
+def _simulate(
+    config: ScenarioConfig,
+    policy: Policy,
+    name: str,
+    ctx: SimContext,
+    *,
+    clairvoyant_lending: bool,
+) -> SimResult:
     records = run_pipeline(
         PipelineRun(
             costs=ctx.step_costs,
