@@ -176,7 +176,7 @@ class PipelineCore:
         duration_s = self.rollout_s_on[self.current][batch]
         start_s = self.clock.now
         yield self.clock.timeout(duration_s)
-        self.records.rollout_intervals.append((start_s, start_s + duration_s))
+        self.records.rollout_intervals.add(start_s, start_s + duration_s)
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
 
@@ -194,7 +194,7 @@ class PipelineCore:
         else:
             yield self.clock.timeout(train_s)
             yield self.clock.timeout(sync_s)
-        self.records.train_intervals.append((start_s, self.clock.now))
+        self.records.train_intervals.add(start_s, self.clock.now)
 
     def _record_step(
         self,
@@ -259,7 +259,8 @@ class PipelineCore:
             "rollout_batch_id": np.arange(n, dtype=np.int64),
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
-        self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
+        rows, self.records.decision_rows = self.records.decision_rows, []
+        self.records.decisions = _columns(DECISION_FIELDS, rows)
         self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 

@@ -28,7 +28,7 @@ from .context_cache import cache_get, cache_put, context_key
 from .costs import CostModels
 from .costs.lend import LendPlan, plan_lend
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
-from .pipeline_run import PipelineRun
+from .pipeline_run import Intervals, PipelineRun
 from .pipeline_runner import run_pipeline
 from .sim_records import (
     DECISION_COLUMNS,
@@ -321,10 +321,15 @@ def _simulate(
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
         )
     )
+    # Each table, once built, lets go of the records it was built from: at a million steps
+    # they hold more memory than the tables themselves.
     steps = _steps_frame(records, ctx.step_stats)
+    records.steps, records.train_intervals, records.rollout_intervals = {}, Intervals(), Intervals()
     resizes = _frame(records.resizes, RESIZE_COLUMNS)
+    records.resizes = {}
     decisions = _frame(records.decisions, DECISION_COLUMNS, ints=("resize_id",))
-    if "lend" not in records.decisions:  # a run that could not lend lent nothing
+    could_lend, records.decisions = "lend" in records.decisions, {}
+    if not could_lend:  # a run that could not lend lent nothing
         decisions["lend"] = np.zeros(len(decisions), dtype=bool)
     base = config.simulation.baseline_allocation
     summary = summarize_run(
