@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dynaresize.traces.produced_ahead import produced_ahead
 from dynaresize.traces.synthetic import BLOCK_SAMPLES, workload_blocks
 from dynaresize.traces.workload import Workload
 
@@ -154,8 +155,12 @@ def step_costs_by_block(
             seed,
             block_samples=CONTEXT_BLOCK_SAMPLES,
         )
+        # Drawing a block (numpy's generators) and costing the one before (the rollout
+        # kernels, sorting) both let go of the interpreter: the next block is drawn on a
+        # thread of its own while this one is costed, one more block in memory.
         parts = [
-            block_costs(config, costs, block, starts_run=first == 0) for first, block in blocks
+            block_costs(config, costs, block, starts_run=first == 0)
+            for first, block in produced_ahead(blocks)
         ]
     rollout = np.concatenate([p.rollout_s for p in parts]) if len(parts) > 1 else parts[0].rollout_s
     train = np.concatenate([p.train_s for p in parts]) if len(parts) > 1 else parts[0].train_s
