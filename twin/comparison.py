@@ -159,12 +159,14 @@ def run_comparison(
     """Simulate each policy on the scenario's workload (or the one given) and compare.
 
     `samples`, the run folder's shared samples table (`SharedSamples`, not yet started), is
-    started as soon as the context is built, where the runs will need it (whole-batch runs,
-    which keep no samples of their own): its writing then overlaps the simulation rather than
-    following it.
+    written from the workload's blocks as the context draws them, where the runs will need it
+    (whole-batch runs, which keep no samples of their own): its writing then overlaps the
+    context and the simulation rather than following them.
     """
-    context = build_context(config, workload=workload)
-    if samples is not None and not holds_samples(config):
+    wanted = samples is not None and not holds_samples(config)
+    sink = samples.block_sink() if samples is not None and wanted else None
+    context = build_context(config, workload=workload, block_sink=sink)
+    if samples is not None and wanted:
         samples.start(context)
     runs = {
         name: simulate(config, build_policy(cfg), context=context)

@@ -2,18 +2,21 @@
 every folder that shows a run without samples of its own.
 
 At a million steps that table has over 10^8 rows and takes longer to encode than every other
-file of the folder; the encoder (pyarrow) and the draws of the lengths (numpy) let go of the
-interpreter while they work, so the table is written on a thread of its own. It depends on the
-workload alone, so it can start as soon as the run's context is built (`start`): drawn and
-encoded on the second core while the policies are simulated, it is done, or nearly, by the
-time the folder is written. It is written into a private folder beside the destination (each
-writer of a folder may replace its staging folder whole until it is done), linked into place
+file of the folder; the encoder (pyarrow) lets go of the interpreter while it works, so the
+table is written on a thread of its own. It depends on the workload alone: fed the blocks of
+the workload as the run's context draws them (`block_sink`), it is encoded on the second core
+while the context is built and the policies simulated, and the workload is drawn once (numpy's
+draws hold the interpreter: a second draw beside the simulation would slow it by as much).
+Where the context was not drawn here (a kept one), `start` draws the workload again on the
+writer's thread. It is written into a private folder beside the destination (each writer of a
+folder may replace its staging folder whole until it is done), linked into place
 (`link_or_copy`) once the folders that hold it are written, and the private folder is removed
 on the way out, failure or not; a failure stops the writing thread at its next row group.
 """
 
 from __future__ import annotations
 
+import queue
 import shutil
 import tempfile
 import threading
@@ -24,7 +27,9 @@ from types import TracebackType
 from typing import TypeVar
 
 from dynaresize.traces.staged_dir import record_output_entries
+from dynaresize.traces.workload import Workload
 
+from .block_costs import BlockSink
 from .simulation import SimContext
 
 __all__ = ["SAMPLES_FILE", "SharedSamples", "WritingStopped"]
@@ -32,6 +37,15 @@ __all__ = ["SAMPLES_FILE", "SharedSamples", "WritingStopped"]
 SAMPLES_FILE = "samples.parquet"
 
 T = TypeVar("T")
+
+
+_FED_BLOCKS = 2
+"""Blocks handed over and not yet written, at most (about 64 MB each): the context waits for
+the writer beyond that rather than holding the workload."""
+_WAIT_S = 0.05
+"""How often a wait on the feed looks whether the run failed or the writer stopped."""
+_END = object()
+"""The end of the feed."""
 
 
 class WritingStopped(Exception):
@@ -70,26 +84,75 @@ class SharedSamples:
         self._pool: ThreadPoolExecutor | None = None
         self._written: Future[Path] | None = None
         self._stop = threading.Event()
+        self._fed: queue.Queue | None = None
+        """Blocks on their way to the writer, while `build_context` hands them over."""
 
     @property
     def started(self) -> bool:
         return self._written is not None
 
     def start(self, context: SimContext) -> None:
-        """Begin writing the samples table of `context`'s workload (once; not if not needed)."""
+        """Write the samples table of `context`'s workload (once; not if not needed): end the
+        feed of blocks where there was one (the context saw them all), else draw them again."""
         from dynaresize.traces.parquet_io import ROWS_PER_CHUNK
-        from dynaresize.traces.workload_parquet import write_workload_samples
 
+        if self._fed is not None:
+            self._hand_over(_END)
+            self._fed = None
         if self._written is not None or not self._needed:
             return
         self._context = context
+        self._begin(_until_stopped(context.workload_blocks(ROWS_PER_CHUNK), self._stop))
+
+    def block_sink(self) -> BlockSink | None:
+        """What to give `build_context` (its `block_sink`) so that the table is written from
+        the blocks it draws; None where no table is needed. `start` ends the feed."""
+        if not self._needed or self._written is not None:
+            return None
+        return self._take_block
+
+    def _take_block(self, first: int, block: Workload) -> None:
+        if self._fed is None:
+            self._fed = queue.Queue(maxsize=_FED_BLOCKS)
+            self._begin(self._fed_blocks(self._fed))
+        self._hand_over((first, block))
+
+    def _hand_over(self, item: object) -> None:
+        """Queue `item` for the writer, waiting while it is busy; a writer that has stopped
+        (failed) takes nothing more, and its error is raised where the table is linked."""
+        assert self._fed is not None and self._written is not None
+        while not self._written.done():
+            try:
+                self._fed.put(item, timeout=_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
+    def _fed_blocks(self, fed: queue.Queue) -> Iterator[tuple[int, Workload]]:
+        """The blocks handed over, until the end of the feed or a failure of the run."""
+        while True:
+            try:
+                item = fed.get(timeout=_WAIT_S)
+            except queue.Empty:
+                if self._stop.is_set():
+                    raise WritingStopped from None
+                continue
+            if item is _END:
+                return
+            if self._stop.is_set():
+                raise WritingStopped
+            yield item
+
+    def _begin(self, blocks: Iterable[tuple[int, Workload]]) -> None:
+        """Start the writer's thread on `blocks`, into a new private folder."""
+        from dynaresize.traces.workload_parquet import write_workload_samples
+
         parent = self._beside.parent
         self._created = [p for p in [parent, *parent.parents] if not p.exists()]
         parent.mkdir(parents=True, exist_ok=True)
         self._private = Path(
             tempfile.mkdtemp(prefix=f".{self._beside.name}.", suffix=".samples", dir=parent)
         )
-        blocks = _until_stopped(context.workload_blocks(ROWS_PER_CHUNK), self._stop)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="samples")
         self._written = self._pool.submit(
             write_workload_samples, self._private / SAMPLES_FILE, blocks
@@ -118,7 +181,7 @@ class SharedSamples:
             return
         pool, self._pool = self._pool, None
         try:
-            if kind is not None:
+            if kind is not None or self._fed is not None:  # failed, or a feed never ended
                 self._stop.set()
             pool.shutdown(wait=True)
             if kind is not None:

@@ -167,11 +167,14 @@ def build_context(
     workload: Workload | None = None,
     costs: CostModels | None = None,
     seed: int | None = None,
+    block_sink: block_costs.BlockSink | None = None,
 ) -> SimContext:
     """Generate (or take) the workload and compute every policy-independent quantity.
 
     The context of a generated workload is kept per process (`context_cache`): asked again for
     the same scenario, costs and seed, this returns the kept one, its arrays read-only.
+    `block_sink` is called with every block of the workload, in order, where the context is
+    built here (not where it is the kept one).
     """
     key = None
     if seed is None:
@@ -188,7 +191,9 @@ def build_context(
         kept = cache_get(key)
         if kept is not None:
             return kept if kept.config is config else replace(kept, config=config)
-    context = _build_context(config, workload=workload, costs=costs, seed=seed)
+    context = _build_context(
+        config, workload=workload, costs=costs, seed=seed, block_sink=block_sink
+    )
     cache_put(key, context, context.num_samples)
     return context
 
@@ -199,6 +204,7 @@ def _build_context(
     workload: Workload | None,
     costs: CostModels | None,
     seed: int,
+    block_sink: block_costs.BlockSink | None = None,
 ) -> SimContext:
     costs = costs or config.costs
     if workload is None:
@@ -206,7 +212,9 @@ def _build_context(
         if block_costs.holds_samples(config) or num_samples <= block_costs.CONTEXT_BLOCK_SAMPLES:
             workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
-    step_costs, tokens, stats = block_costs.step_costs_by_block(config, costs, workload, seed)
+    step_costs, tokens, stats = block_costs.step_costs_by_block(
+        config, costs, workload, seed, block_sink=block_sink
+    )
     _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
