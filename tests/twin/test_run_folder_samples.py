@@ -132,10 +132,10 @@ def test_a_run_that_fails_while_feeding_leaves_no_folder_behind(tmp_path):
 
     context = build_context(scenario())
     out = tmp_path / "new" / "deeper" / "run"
-    with pytest.raises(RuntimeError, match="the simulation failed"):
-        with SharedSamples(beside=out) as samples:
-            sink = samples.block_sink()
-            first, block = _blocks_of(context.workload, 5)[0]
-            sink(first, block)
-            raise RuntimeError("the simulation failed")
+    failed = pytest.raises(RuntimeError, match="the simulation failed")
+    with failed, SharedSamples(beside=out) as samples:
+        sink = samples.block_sink()
+        first, block = _blocks_of(context.workload, 5)[0]
+        sink(first, block)
+        raise RuntimeError("the simulation failed")
     assert list(tmp_path.iterdir()) == []  # the private folder and the folders made for it
