@@ -168,9 +168,9 @@ def _forward(
     if _compiled(len(step_s)):
         from .optimal_numba import forward
 
-        into = np.ascontiguousarray(resize_s.T, dtype=np.float64)
+        moves_into = np.ascontiguousarray(resize_s.T, dtype=np.float64)
         start = np.array(best, dtype=np.float64)
-        return forward(np.ascontiguousarray(step_s), into, start, came_from).tolist()
+        return forward(np.ascontiguousarray(step_s), moves_into, start, came_from).tolist()
     candidates = range(len(best))
     into = [resize_s[:, c].tolist() for c in candidates]
     steps = step_s.tolist()
