@@ -39,9 +39,10 @@ SAMPLES_FILE = "samples.parquet"
 T = TypeVar("T")
 
 
-_FED_BLOCKS = 2
-"""Blocks handed over and not yet written, at most (about 64 MB each): the context waits for
-the writer beyond that rather than holding the workload."""
+_FED_BLOCKS = 8
+"""Blocks handed over and not yet written, at most (about 64 MB each): enough that the context
+rarely waits for the encoder (which takes somewhat longer than the draws, and catches up while
+the policies are simulated), few enough that the workload is never held whole."""
 _WAIT_S = 0.05
 """How often a wait on the feed looks whether the run failed or the writer stopped."""
 _END = object()
