@@ -121,14 +121,12 @@ class PipelineCore:
             [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
             for a in costs.candidates
         ]
-        # Plain Python lists: the per-step reads below index these millions of times, and a
-        # list index is several times cheaper than a numpy scalar read plus float(). One list
-        # per candidate split (`[split][step]`): a column of floats is built several times
-        # faster than a list of rows, and holds no list object per step.
-        self.rollout_s_on = _per_split(costs.rollout_s)
-        self.train_s_on = _per_split(costs.train_s)
+        # Plain Python lists, one per split (`[split][step]`), read millions of times: a list
+        # index is several times cheaper than a numpy scalar read plus float().
+        self.rollout_s_on = [c.tolist() for c in costs.rollout_s.T]
+        self.train_s_on = [c.tolist() for c in costs.train_s.T]
         self.sync_s = costs.sync_s.tolist()
-        self.predicted_s_on = _per_split(run.predicted_step_s)
+        self.predicted_s_on = [c.tolist() for c in run.predicted_step_s.T]
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
         # Every field of each candidate's prediction but the predicted step time, for each
@@ -259,8 +257,7 @@ class PipelineCore:
             "rollout_batch_id": np.arange(n, dtype=np.int64),
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
-        rows, self.records.decision_rows = self.records.decision_rows, []
-        self.records.decisions = _columns(DECISION_FIELDS, rows)
+        self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
         self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
@@ -396,13 +393,8 @@ class PipelineCore:
         )
 
 
-def _per_split(matrix: np.ndarray) -> list[list[float]]:
-    """A (steps, splits) matrix as one list of Python floats per split."""
-    return [matrix[:, c].tolist() for c in range(matrix.shape[1])]
-
-
 def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
-    """Row tuples as named columns (no columns when there are no rows)."""
-    if not rows:
-        return {}
-    return {name: list(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
+    """Row tuples as named columns (no columns when there are no rows); `rows` is emptied."""
+    columns = zip(names, zip(*rows, strict=True), strict=True) if rows else ()
+    rows.clear()  # the tuples go: a million of them are over 100 MB
+    return {name: list(column) for name, column in columns}

@@ -26,10 +26,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from dynaresize.traces.staged_dir import record_output_entries
+from dynaresize.traces.staged_dir import output_errors, record_output_entries
 from dynaresize.traces.workload import Workload
 
-from .block_costs import BlockSink
+from .block_costs import BlockSink, holds_samples
+from .config import ScenarioConfig
 from .simulation import SimContext
 
 __all__ = ["SAMPLES_FILE", "SharedSamples", "WritingStopped"]
@@ -105,9 +106,12 @@ class SharedSamples:
         self._context = context
         self._begin(_until_stopped(context.workload_blocks(ROWS_PER_CHUNK), self._stop))
 
-    def block_sink(self) -> BlockSink | None:
+    def block_sink(self, config: ScenarioConfig | None = None) -> BlockSink | None:
         """What to give `build_context` (its `block_sink`) so that the table is written from
-        the blocks it draws; None where no table is needed. `start` ends the feed."""
+        the blocks it draws; None where no table is needed (nor then written), as for runs of
+        `config` that keep samples of their own (`holds_samples`). `start` ends the feed."""
+        if config is not None and holds_samples(config):
+            self._needed = False
         if not self._needed or self._written is not None:
             return None
         return self._take_block
@@ -150,10 +154,11 @@ class SharedSamples:
 
         parent = self._beside.parent
         self._created = [p for p in [parent, *parent.parents] if not p.exists()]
-        parent.mkdir(parents=True, exist_ok=True)
-        self._private = Path(
-            tempfile.mkdtemp(prefix=f".{self._beside.name}.", suffix=".samples", dir=parent)
-        )
+        with output_errors(self._beside):  # a full or read-only disk: one error naming --out
+            parent.mkdir(parents=True, exist_ok=True)
+            self._private = Path(
+                tempfile.mkdtemp(prefix=f".{self._beside.name}.", suffix=".samples", dir=parent)
+            )
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="samples")
         self._written = self._pool.submit(
             write_workload_samples, self._private / SAMPLES_FILE, blocks
