@@ -179,9 +179,9 @@ def step_costs_by_block(
             seed,
             block_samples=CONTEXT_BLOCK_SAMPLES,
         )
-        # Drawing a block (numpy's generators) and costing the one before (the rollout
-        # kernels, sorting) both let go of the interpreter: the next block is drawn on a
-        # thread of its own while this one is costed, one more block in memory.
+        # Costing a block (the rollout kernels, sorting) lets go of the interpreter for most
+        # of its work: the next block is drawn meanwhile, on a thread of its own (one more
+        # block in memory).
         parts = [
             block_costs(config, costs, block, starts_run=first == 0)
             for first, block in seen(produced_ahead(blocks))
