@@ -51,12 +51,11 @@ def write_trace(
     it is given (a table written straight from its source).
     """
     path = Path(path)
-    # Parquet takes pandas text columns as they are: no round trip through Python strings.
-    checked = trace.validated(source=str(path), keep_text=path.suffix != ".jsonl")
     table_files = table_files or {}
     if table_files and (path.suffix == ".jsonl" or not set(table_files) <= set(TABLES)):
         raise ValueError(f"table_files {sorted(table_files)}: only tables of a Parquet directory")
     if path.suffix == ".jsonl":
+        checked = trace.validated(source=str(path))
         write_file_atomically(path, lambda f: write_jsonl_body(f, checked))
     elif path.suffix == ".parquet":
         raise TraceError(
@@ -65,7 +64,15 @@ def write_trace(
             source=str(path),
         )
     else:
-        _atomic_dir(path, lambda d: write_parquet_dir(d, checked, table_files=table_files))
+        # Each table is checked as it is written (Parquet takes pandas text columns as they
+        # are: no round trip through Python strings); a bad one stops the write, and the
+        # staging folder leaves nothing behind.
+        _atomic_dir(
+            path,
+            lambda d: write_parquet_dir(
+                d, trace, table_files=table_files, validate=True, source=str(path)
+            ),
+        )
     return path
 
 

@@ -10,7 +10,8 @@ import errno
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 
 from .arrow_frame import arrow_frame, check_plain_types, unreadable
 from .errors import TraceError
+from .produced_ahead import produced_ahead
 from .sample_lengths import read_sample_lengths
 from .schema import RunMeta, StepRecord
 from .trace import TABLES, Trace, meta_from_dict, plain_column
@@ -120,28 +122,98 @@ def _chunk_table(df: pd.DataFrame, lo: int, model: type[BaseModel], schema: pa.S
 
 
 def write_parquet_dir(
-    directory: Path, trace: Trace, *, table_files: Mapping[str, TableFile] | None = None
+    directory: Path,
+    trace: Trace,
+    *,
+    table_files: Mapping[str, TableFile] | None = None,
+    validate: bool = False,
+    source: str | None = None,
 ) -> None:
     """meta.json and a Parquet file per table; a table in `table_files` is linked to (or copied
-    from) the file given, or written by the function given, instead."""
+    from) the file given, or written by the function given, instead. With `validate`, each table
+    is checked (`validate_frame`, naming `source`) just before it is written: a bad table stops
+    the write there (the caller's staging folder then leaves nothing behind).
+
+    Checking a table and converting it to Arrow hold the interpreter; encoding it (pyarrow) lets
+    go of it. So the tables are checked and converted a chunk at a time on a thread of their
+    own, a chunk ahead of the encoder here: the two overlap, with two chunks in memory.
+    """
     (directory / "meta.json").write_text(trace.meta.model_dump_json(indent=2) + "\n")
-    for table, model in TABLES.items():
-        if table_files and table in table_files:
-            source = table_files[table]
-            if isinstance(source, Path):
-                link_or_copy(source, directory / f"{table}.parquet")
+    files = table_files or {}
+    chunks = produced_ahead(_table_chunks(trace, files, validate=validate, source=source))
+    writer: pq.ParquetWriter | None = None
+    try:
+        for table, chunk in chunks:
+            path = directory / f"{table}.parquet"
+            if chunk is None:  # given as a file, or as a function that writes it
+                source_file = files[table]
+                if isinstance(source_file, Path):
+                    link_or_copy(source_file, path)
+                else:
+                    source_file(path)
+            elif chunk.whole:
+                pq.write_table(chunk.rows, path)
             else:
-                source(directory / f"{table}.parquet")
+                if chunk.first:
+                    writer = pq.ParquetWriter(path, chunk.rows.schema)
+                assert writer is not None
+                writer.write_table(chunk.rows)
+                if chunk.last:
+                    writer.close()
+                    writer = None
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Rows of one table as Arrow, and where they fall in it."""
+
+    rows: pa.Table
+    first: bool
+    last: bool
+
+    @property
+    def whole(self) -> bool:
+        return self.first and self.last
+
+
+def _table_chunks(
+    trace: Trace, files: Mapping[str, TableFile], *, validate: bool, source: str | None
+) -> Iterator[tuple[str, _Chunk | None]]:
+    """Every table in order, as (name, chunk) a chunk of ROWS_PER_CHUNK rows at a time (one
+    chunk for a table of no more rows); (name, None) for a table in `files`.
+
+    A long table other than the steps is checked a chunk at a time too (its rows are checked
+    each on its own, and a problem names its row in the whole table): the checked copy of an
+    eight-million-row resize table would otherwise be held whole, over a gigabyte. The steps
+    are checked whole (their order is checked across rows)."""
+    for table, model in TABLES.items():
+        if table in files:
+            yield table, None
             continue
         df = trace.table(table)
+        by_chunk = validate and table != "steps" and len(df) > ROWS_PER_CHUNK
+        if validate and not by_chunk:
+            df = validate_frame(df, model, table=table, source=source, keep_text=True)
         schema = arrow_schema(model)
-        path = directory / f"{table}.parquet"
-        if len(df) <= ROWS_PER_CHUNK:
-            pq.write_table(_chunk_table(df, 0, model, schema), path)
-            continue
-        with pq.ParquetWriter(path, schema) as writer:
-            for lo in range(0, len(df), ROWS_PER_CHUNK):
-                writer.write_table(_chunk_table(df, lo, model, schema))
+        starts = range(0, len(df), ROWS_PER_CHUNK) if len(df) > ROWS_PER_CHUNK else range(1)
+        for lo in starts:
+            if by_chunk:
+                hi = min(lo + ROWS_PER_CHUNK, len(df))
+                part = validate_frame(
+                    df.iloc[lo:hi],
+                    model,
+                    table=table,
+                    source=source,
+                    positions=np.arange(lo, hi),
+                    keep_text=True,
+                )
+                rows = _chunk_table(part, 0, model, schema)
+            else:
+                rows = _chunk_table(df, lo, model, schema)
+            yield table, _Chunk(rows, first=lo == 0, last=lo + ROWS_PER_CHUNK >= len(df))
 
 
 def _read_parquet_table(path: Path) -> pd.DataFrame:

@@ -10,11 +10,13 @@ costed, and the result is the same, bit for bit, as costing the whole workload a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dynaresize.traces.produced_ahead import produced_ahead
 from dynaresize.traces.synthetic import BLOCK_SAMPLES, workload_blocks
 from dynaresize.traces.workload import Workload
 
@@ -33,7 +35,13 @@ if TYPE_CHECKING:
 else:
     pd = LazyModule("pandas")  # the step statistics are built after the simulation's imports
 
-__all__ = ["CONTEXT_BLOCK_SAMPLES", "block_costs", "holds_samples", "step_costs_by_block"]
+__all__ = [
+    "CONTEXT_BLOCK_SAMPLES",
+    "BlockSink",
+    "block_costs",
+    "holds_samples",
+    "step_costs_by_block",
+]
 
 CONTEXT_BLOCK_SAMPLES = BLOCK_SAMPLES
 """Samples of a generated workload the context builds costs from at a time; a step-level run
@@ -147,16 +155,33 @@ def block_costs(
     return _BlockCosts(tokens, rollout, train, sync, _step_stats(block, tokens, response_sums))
 
 
+BlockSink = Callable[[int, Workload], None]
+"""Called with each block of the workload, (first step, block), in order, as it is costed."""
+
+
 def step_costs_by_block(
-    config: ScenarioConfig, costs: CostModels, held: Workload | None, seed: int
+    config: ScenarioConfig,
+    costs: CostModels,
+    held: Workload | None,
+    seed: int,
+    *,
+    block_sink: BlockSink | None = None,
 ) -> tuple[StepCosts, np.ndarray, pd.DataFrame]:
     """Step costs, tokens and statistics of every step: of the held workload at once, or of the
     generated one a block of steps at a time, each block's samples let go once its steps are
-    costed (every quantity here is per step, so the blocks' rows are the whole run's rows)."""
+    costed (every quantity here is per step, so the blocks' rows are the whole run's rows).
+    `block_sink` sees every block too (a writer of the samples then needs no second draw)."""
+
+    def seen(blocks: Iterable[tuple[int, Workload]]) -> Iterator[tuple[int, Workload]]:
+        for first, block in blocks:
+            if block_sink is not None:
+                block_sink(first, block)
+            yield first, block
+
     if held is not None:
         parts = [
             block_costs(config, costs, block, starts_run=first == 0)
-            for first, block in held_blocks(held, CONTEXT_BLOCK_SAMPLES)
+            for first, block in seen(held_blocks(held, CONTEXT_BLOCK_SAMPLES))
         ]
     else:
         blocks = workload_blocks(
@@ -165,8 +190,12 @@ def step_costs_by_block(
             seed,
             block_samples=CONTEXT_BLOCK_SAMPLES,
         )
+        # Costing a block (the rollout kernels, sorting) lets go of the interpreter for most
+        # of its work: the next block is drawn meanwhile, on a thread of its own (one more
+        # block in memory).
         parts = [
-            block_costs(config, costs, block, starts_run=first == 0) for first, block in blocks
+            block_costs(config, costs, block, starts_run=first == 0)
+            for first, block in seen(produced_ahead(blocks))
         ]
     rollout = np.concatenate([p.rollout_s for p in parts]) if len(parts) > 1 else parts[0].rollout_s
     train = np.concatenate([p.train_s for p in parts]) if len(parts) > 1 else parts[0].train_s

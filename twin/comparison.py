@@ -11,7 +11,6 @@ complete: an error leaves nothing.
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +27,7 @@ from dynaresize.traces.workload import Workload
 
 from .config import ScenarioConfig
 from .optimal import OptimalSchedule, Regret, optimum_of_context, optimum_schedule_table
+from .policy_folders import copy_run_files
 from .simulation import SimContext, SimResult, build_context, simulate
 
 if TYPE_CHECKING:
@@ -153,9 +153,15 @@ def run_comparison(
     policies: Sequence[PolicyConfigBase],
     *,
     workload: Workload | None = None,
+    samples: SharedSamples | None = None,
 ) -> SimComparison:
-    """Simulate each policy on the scenario's workload (or the one given) and compare."""
-    context = build_context(config, workload=workload)
+    """Simulate each policy on the scenario's workload (or the one given) and compare.
+    `samples` (the run folder's `SharedSamples`, not started) is written from the workload's
+    blocks as the context draws them, overlapping the context and the simulation."""
+    sink = samples.block_sink(config) if samples is not None else None
+    context = build_context(config, workload=workload, block_sink=sink)
+    if samples is not None and sink is not None:
+        samples.start(context)
     runs = {
         name: simulate(config, build_policy(cfg), context=context)
         for name, cfg in zip(run_names([str(cfg.kind) for cfg in policies]), policies, strict=True)
@@ -253,27 +259,6 @@ def _written_later(path: Path) -> None:
     """A table put in place once the folder is written (`SharedSamples`)."""
 
 
-def _linked(name: str) -> bool:
-    """Files of a run folder written once and never again while the folder is staged: the
-    tables and the Chrome trace (summary.json, for one, is rewritten with every policy's)."""
-    return name.endswith(".parquet") or name == "trace.json"
-
-
-def _copy_files(source: Path, folder: Path, *, leave_out: Sequence[str]) -> None:
-    """Every file directly in `source` but those named, put into a new `folder`: the large ones
-    as hard links where the file system allows (else copies), the rest copied."""
-    from dynaresize.traces.parquet_io import link_or_copy
-
-    folder.mkdir(parents=True)
-    for item in source.iterdir():
-        if not item.is_file() or item.name in leave_out:
-            continue
-        if _linked(item.name):
-            link_or_copy(item, folder / item.name)
-        else:
-            shutil.copy2(item, folder / item.name)
-
-
 def _write_timeline(path: Path, result: SimResult, *, title: str) -> None:
     """The matplotlib timeline (asked for with output.timeline_png): importing matplotlib and
     drawing take longer than a small simulation, so the SVG is the default picture."""
@@ -328,6 +313,7 @@ def write_comparison(
     timeline_png: bool = False,
     mechanisms: MechanismComparison | None = None,
     chrome_trace_max_steps: int | None = CHROME_TRACE_MAX_STEPS,
+    samples: SharedSamples | None = None,
 ) -> Path:
     """Write the run folder: the first policy's tables, trace.json (Chrome trace / Perfetto) and
     timeline.svg (and timeline.png if asked) at the top, every policy's tables and trace.json
@@ -338,6 +324,7 @@ def write_comparison(
 
     Everything is written into a staging folder beside `out_dir` and renamed into place at the
     end, so a failure leaves no partial folder (and an existing `out_dir` is replaced whole).
+    `samples`: the table `run_comparison` started beside `out_dir`, else it is started here.
     """
     from dynaresize.traces.jsonl_io import dumps_finite
 
@@ -353,7 +340,9 @@ def write_comparison(
         # beside everything else, a chunk at a time straight from its arrays, and linked into
         # every folder of a run without samples of its own once they are all written.
         needed = any(run.samples is None for run in comparison.runs.values())
-        with SharedSamples(comparison.context, beside=staging, needed=needed) as shared:
+        if samples is None or not samples.started:
+            samples = SharedSamples(comparison.context, beside=staging, needed=needed)
+        with samples as shared:
             _write_run(
                 staging,
                 first,
@@ -368,7 +357,7 @@ def write_comparison(
                 # folder: linked there, not validated and written twice. One picture per run
                 # folder is enough to read it; drawing one per policy would cost more than
                 # simulating them.
-                _copy_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
+                copy_run_files(staging, staging / "policies" / first, leave_out=TIMELINE_FILES)
                 if comparison.runs[first].samples is None:
                     shared.attach(staging / "policies" / first)
                 for name in names[1:]:

@@ -17,12 +17,15 @@ against this bound, not guaranteed to be exactly non-negative to the last second
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._lazy import LazyModule
+from .costs.rollout_kernels import NO_NUMBA_ENV
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,16 +141,36 @@ def offline_optimum(
     return _schedule_from_path(step_s, resize_s, start, path)
 
 
+NUMBA_MIN_STEPS = 100_000
+"""Steps from which the compiled forward pass is used (about 0.3 s of the Python loop a
+hundred thousand steps on four candidates, against numba's load where no kernel of the run
+loaded it yet); below, or with DYNARESIZE_NO_NUMBA=1, the Python loop."""
+
+
+def _compiled(num_steps: int) -> bool:
+    """Whether the forward pass of `num_steps` steps runs compiled (`NUMBA_MIN_STEPS`)."""
+    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+        return False
+    return num_steps >= NUMBA_MIN_STEPS or "numba" in sys.modules
+
+
 def _forward(
     step_s: np.ndarray, resize_s: np.ndarray, best: list[float], came_from: np.ndarray
 ) -> list[float]:
     """Steps 1.. of the dynamic program: fills `came_from[k]` and returns the last `best`.
 
-    In Python floats over lists, row by row: with a handful of candidates, numpy's per-call
-    cost is most of the work, and this loop is several times faster. The same arithmetic and
-    choices as the matrix form: `via[p] = best[p] + resize[p, c]`, the first smallest `via`,
-    staying put when it ties (`best[c] <= via`), then the step's own time.
+    Compiled for a long run (`optimal_numba.forward`), else in Python floats over lists, row
+    by row: with a handful of candidates, numpy's per-call cost is most of the work, and this
+    loop is several times faster. Both do the same arithmetic and choices as the matrix form:
+    `via[p] = best[p] + resize[p, c]`, the first smallest `via`, staying put when it ties
+    (`best[c] <= via`), then the step's own time.
     """
+    if _compiled(len(step_s)):
+        from .optimal_numba import forward
+
+        moves_into = np.ascontiguousarray(resize_s.T, dtype=np.float64)
+        start = np.array(best, dtype=np.float64)
+        return forward(np.ascontiguousarray(step_s), moves_into, start, came_from).tolist()
     candidates = range(len(best))
     into = [resize_s[:, c].tolist() for c in candidates]
     steps = step_s.tolist()

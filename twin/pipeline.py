@@ -101,16 +101,21 @@ class _Pipeline(PipelineCore):
         start_s = self.clock.now
         next_rollout_s = 0.0
         if k + 1 < self.num_steps:
-            next_rollout_s = self.rollout_s[k + 1][self.current]
+            next_rollout_s = self.rollout_s_on[self.current][k + 1]
             self.batch_rollout_s[k + 1] = next_rollout_s
             self.batch_version[k + 1] = k
-            self.records.rollout_intervals.append((start_s, start_s + next_rollout_s))
+            self.records.rollout_intervals.add(start_s, start_s + next_rollout_s)
         sync_s = self.sync_s[self.current]
         # The overlapped stage and the sync after it follow each other with nothing else in
         # between: one SimPy event for both.
         yield self.clock.timeout(max(train_s, next_rollout_s) + sync_s)
-        self.records.train_intervals.append((start_s, start_s + train_s))
-        self.records.train_intervals.append((self.clock.now - sync_s, self.clock.now))
+        # `Intervals.add` twice, written out: this runs at every step
+        train = self.records.train_intervals
+        now = self.clock.now
+        train.starts_s.append(start_s)
+        train.ends_s.append(start_s + train_s)
+        train.starts_s.append(now - sync_s)
+        train.ends_s.append(now)
 
     # -- async mode -------------------------------------------------------------------------
 
@@ -141,7 +146,7 @@ class _Pipeline(PipelineCore):
                 yield gate
             if self.paused:
                 yield self.resume
-            duration_s = self.rollout_s[batch][self.current]
+            duration_s = self.rollout_s_on[self.current][batch]
             start_s = self.env.now
             version = self.version
             self.in_flight_ends_s = start_s + duration_s
@@ -149,11 +154,11 @@ class _Pipeline(PipelineCore):
                 yield self.env.timeout(duration_s)
             except simpy.Interrupt:
                 # Aborted by a resize: the work is lost; regenerate the batch afterwards.
-                self.records.rollout_intervals.append((start_s, self.env.now))
+                self.records.rollout_intervals.add(start_s, self.env.now)
                 self.in_flight_ends_s = None
                 continue
             self.in_flight_ends_s = None
-            self.records.rollout_intervals.append((start_s, self.env.now))
+            self.records.rollout_intervals.add(start_s, self.env.now)
             self.batch_rollout_s[batch] = duration_s
             self.batch_version[batch] = version
             self.batch_events[batch].succeed()

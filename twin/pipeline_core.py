@@ -121,12 +121,12 @@ class PipelineCore:
             [Role.TRAIN.value] * a.train_gpus + [Role.ROLLOUT.value] * a.rollout_gpus
             for a in costs.candidates
         ]
-        # Plain Python lists: the per-step reads below index these thousands of times, and a
-        # list index is several times cheaper than a numpy scalar read plus float().
-        self.rollout_s = costs.rollout_s.tolist()
-        self.train_s = costs.train_s.tolist()
+        # Plain Python lists, one per split (`[split][step]`), read millions of times: a list
+        # index is several times cheaper than a numpy scalar read plus float().
+        self.rollout_s_on = [c.tolist() for c in costs.rollout_s.T]
+        self.train_s_on = [c.tolist() for c in costs.train_s.T]
         self.sync_s = costs.sync_s.tolist()
-        self.predicted = run.predicted_step_s.tolist()
+        self.predicted_s_on = [c.tolist() for c in run.predicted_step_s.T]
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
         # Every field of each candidate's prediction but the predicted step time, for each
@@ -163,7 +163,7 @@ class PipelineCore:
 
     def _train_duration_s(self, k: int) -> tuple[float, int | None]:
         """Training stage of step k on the current split, with a pending resize's effect."""
-        base_s = self.train_s[k][self.current]
+        base_s = self.train_s_on[self.current][k]
         pending, self.pending = self.pending, None
         if pending is None:
             return base_s, None
@@ -171,10 +171,10 @@ class PipelineCore:
 
     def _rollout(self, batch: int, version: int):
         """Generate one batch on the current split (a SimPy sub-process body)."""
-        duration_s = self.rollout_s[batch][self.current]
+        duration_s = self.rollout_s_on[self.current][batch]
         start_s = self.clock.now
         yield self.clock.timeout(duration_s)
-        self.records.rollout_intervals.append((start_s, start_s + duration_s))
+        self.records.rollout_intervals.add(start_s, start_s + duration_s)
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
 
@@ -192,7 +192,7 @@ class PipelineCore:
         else:
             yield self.clock.timeout(train_s)
             yield self.clock.timeout(sync_s)
-        self.records.train_intervals.append((start_s, self.clock.now))
+        self.records.train_intervals.add(start_s, self.clock.now)
 
     def _record_step(
         self,
@@ -275,11 +275,11 @@ class PipelineCore:
         # in place (one call fewer per object per step), a prediction's dict a copy of the
         # template plus the step time.
         fields = self.prediction_fields
-        templates, predicted = self.prediction_templates[self.current], self.predicted[k]
+        templates = self.prediction_templates[self.current]
         candidates = []
-        for template, step_s in zip(templates, predicted, strict=True):
+        for template, predicted_s in zip(templates, self.predicted_s_on, strict=True):
             values = template.copy()
-            values["predicted_step_s"] = step_s
+            values["predicted_step_s"] = predicted_s[k]
             obj = _new(CandidatePrediction)
             set_dict(obj, values)
             set_fields_set(obj, fields)
@@ -394,7 +394,7 @@ class PipelineCore:
 
 
 def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
-    """Row tuples as named columns (no columns when there are no rows)."""
-    if not rows:
-        return {}
-    return {name: list(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
+    """Row tuples as named columns (no columns when there are no rows); `rows` is emptied."""
+    columns = zip(names, zip(*rows, strict=True), strict=True) if rows else ()
+    rows.clear()  # the tuples go: a million of them are over 100 MB
+    return {name: list(column) for name, column in columns}

@@ -6,8 +6,9 @@ the pipeline that follows batches sample by sample (sample_pipeline.py) shares t
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from .step_costs import StepCosts
 if TYPE_CHECKING:
     from .sample_pipeline import SampleInputs
 
-__all__ = ["DECISION_FIELDS", "PipelineRecords", "PipelineRun"]
+__all__ = ["DECISION_FIELDS", "Intervals", "PipelineRecords", "PipelineRun"]
 
 DECISION_FIELDS = (
     "step",
@@ -56,20 +57,46 @@ class PipelineRun:
     (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""
 
 
+class Intervals:
+    """Busy intervals, (start, end) in the order recorded, as two growing arrays of doubles:
+    at a million steps a list of pairs would hold three million tuples and six million float
+    objects (over 300 MB) until the step table is built."""
+
+    __slots__ = ("ends_s", "starts_s")
+
+    def __init__(self) -> None:
+        self.starts_s = array("d")
+        self.ends_s = array("d")
+
+    def add(self, start_s: float, end_s: float) -> None:
+        self.starts_s.append(start_s)
+        self.ends_s.append(end_s)
+
+    def __len__(self) -> int:
+        return len(self.starts_s)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """Starts and ends as float64 arrays (views of the recorded values, not copies)."""
+        return (
+            np.frombuffer(self.starts_s, dtype=np.float64),
+            np.frombuffer(self.ends_s, dtype=np.float64),
+        )
+
+
 @dataclass
 class PipelineRecords:
     """Column lists of the three record tables, filled as the run goes."""
 
     steps: dict[str, np.ndarray | list] = field(default_factory=dict)
     """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
-    resizes: dict[str, np.ndarray] = field(default_factory=dict)
+    resizes: dict[str, Any] = field(default_factory=dict)
     """Resize phase columns (`resize_log.ResizeLog.columns`), filled at the end of the run."""
     decisions: dict[str, list] = field(default_factory=dict)
     decision_rows: list[tuple] = field(default_factory=list)
     """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
     at the end of the run, rather than appended to column by column at every boundary."""
-    rollout_intervals: list[tuple[float, float]] = field(default_factory=list)
-    train_intervals: list[tuple[float, float]] = field(default_factory=list)
+    rollout_intervals: Intervals = field(default_factory=Intervals)
+    train_intervals: Intervals = field(default_factory=Intervals)
     stall_s: float = 0.0
     end_s: float = 0.0
     lending: dict[str, np.ndarray] | None = None

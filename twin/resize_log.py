@@ -10,10 +10,13 @@ before it, and the phase columns are laid out once, with numpy, at the end: the 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from dynaresize.traces.phases import PhaseName
+
+from .text_columns import coded_text
 
 __all__ = ["PhaseRow", "ResizeLog"]
 
@@ -65,9 +68,10 @@ class ResizeLog:
         self.drained.append(drain_s is not None)
         self.offset_s.append(start_s if drain_s is None else start_s + drain_s)
 
-    def columns(self, names: Sequence[str]) -> dict[str, np.ndarray]:
+    def columns(self, names: Sequence[str]) -> dict[str, Any]:
         """Every phase row of every resize as the columns `names` (no columns when there were
-        no resizes), in the order the rows happened."""
+        no resizes), in the order the rows happened: numbers as numpy arrays, text as pandas
+        text columns (`coded_text`)."""
         if not self.steps:
             return {}
         plan = np.asarray(self.plans, dtype=np.int64)
@@ -86,17 +90,17 @@ class ResizeLog:
         # columns of the phases as numpy infers them from the same values a list of rows holds
         used = [*flat, _DRAIN] if drained.any() else [*flat, flat[0]]
         table = [np.array([r[i] for r in used]) for i in range(5)]
-        names_of = table[0].astype(object)
         offset = np.asarray(self.offset_s, dtype=np.float64)[resize]
         start = np.asarray(self.start_s, dtype=np.float64)[resize]
-        heads = np.array(self.plan_heads, dtype=object).reshape(-1, 3)[plan[resize]]
+        plan_of_row = plan[resize]
         values = {
             "resize_id": resize,
             "step": np.asarray(self.steps, dtype=np.int64)[resize],
-            "phase": names_of[row],
-            "strategy": heads[:, 0],
-            "from_allocation": heads[:, 1],
-            "to_allocation": heads[:, 2],
+            "phase": coded_text([r[0] for r in used], row),
+            **{
+                name: coded_text([head[i] for head in self.plan_heads], plan_of_row)
+                for i, name in enumerate(("strategy", "from_allocation", "to_allocation"))
+            },
             "start_s": np.where(is_drain, start, offset + table[1][row]),
             "end_s": np.where(is_drain, offset, offset + table[2][row]),
             "critical": table[3][row],

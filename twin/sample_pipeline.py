@@ -99,7 +99,7 @@ class SamplePipeline(_Pipeline):
             contention=lambda count: contention_factor(count, params),
             replicas=list(range(self.num_replicas[self.current])),
             start_s=self.env.now,
-            duration_s=self.rollout_s[b][self.current],
+            duration_s=self.rollout_s_on[self.current][b],
             keep_tokens=self.keep_tokens,
             warmup_s=params.first_step_warmup_s if b == 0 else 0.0,
         )
@@ -145,7 +145,7 @@ class SamplePipeline(_Pipeline):
             self.measured_deactivate_s.append(plan.deactivate_s)
             self.measured_cycles_s.append(plan.switch_s)
             if outcome.serve_end_s > outcome.activate_end_s:
-                self.records.train_intervals.append((outcome.activate_end_s, outcome.serve_end_s))
+                self.records.train_intervals.add(outcome.activate_end_s, outcome.serve_end_s)
         self.waits[k] = outcome
         return outcome
 
@@ -198,7 +198,7 @@ class SamplePipeline(_Pipeline):
             start_s = self.env.now
             outcome = self._wait(k, batch, lend)
             yield self.env.timeout(outcome.ready_s - start_s)
-            self.records.rollout_intervals.append((start_s, batch.end_s))
+            self.records.rollout_intervals.add(start_s, batch.end_s)
             self.batch_rollout_s[k] = batch.end_s - start_s
         self._batch_done(k, batch, k)
         yield from self._train_and_sync(train_s, one_event=True)
@@ -216,15 +216,15 @@ class SamplePipeline(_Pipeline):
         start_s = self.env.now
         batch = self._new_batch(k + 1)
         yield self.env.timeout(train_s)
-        self.records.train_intervals.append((start_s, start_s + train_s))
+        self.records.train_intervals.add(start_s, start_s + train_s)
         outcome = self._wait(k, batch, lend)
         yield self.env.timeout(outcome.ready_s - self.env.now)
-        self.records.rollout_intervals.append((start_s, batch.end_s))
+        self.records.rollout_intervals.add(start_s, batch.end_s)
         self.batch_rollout_s[k + 1] = batch.end_s - start_s
         self._batch_done(k + 1, batch, k)
         sync_s = self.sync_s[self.current]
         yield self.env.timeout(sync_s)
-        self.records.train_intervals.append((self.env.now - sync_s, self.env.now))
+        self.records.train_intervals.add(self.env.now - sync_s, self.env.now)
 
     # -- async mode ---------------------------------------------------------------------
 
@@ -244,7 +244,7 @@ class SamplePipeline(_Pipeline):
             start_s, version = self.env.now, self.version
             self.in_flight = (b, batch)
             self.in_flight_ends_s = batch.end_s
-            duration_s = self.rollout_s[b][self.current]
+            duration_s = self.rollout_s_on[self.current][b]
             wait_s, disturbed, aborted = duration_s, False, False
             while True:
                 try:
@@ -259,7 +259,7 @@ class SamplePipeline(_Pipeline):
             self.in_flight = None
             self.in_flight_ends_s = None
             end_s = self.env.now if disturbed or aborted else start_s + duration_s
-            self.records.rollout_intervals.append((start_s, end_s))
+            self.records.rollout_intervals.add(start_s, end_s)
             if aborted:
                 continue  # the whole batch is generated again after the resize
             self.batch_rollout_s[b] = end_s - start_s if disturbed else duration_s

@@ -15,7 +15,7 @@ from dynaresize.traces.schema import SCHEMA_VERSION, DecisionRecord, ResizePhase
 from dynaresize.traces.workload import Workload
 
 from ._lazy import LazyModule
-from .pipeline_run import PipelineRecords
+from .pipeline_run import Intervals, PipelineRecords
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,14 +28,17 @@ DECISION_COLUMNS = list(DecisionRecord.model_fields)
 
 
 def _busy_between(
-    intervals: list[tuple[float, float]] | np.ndarray, lo: np.ndarray, hi: np.ndarray
+    intervals: Intervals | list[tuple[float, float]] | np.ndarray, lo: np.ndarray, hi: np.ndarray
 ):
-    """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals (a list
-    of (start, end) pairs, or an array of them)."""
+    """Busy seconds inside each window [lo, hi) given non-overlapping busy intervals (as the
+    pipeline records them, a list of (start, end) pairs, or an array of them)."""
     if len(intervals) == 0:
         return np.zeros_like(lo)
-    arr = np.array(intervals, dtype=np.float64)
-    starts, ends = arr[:, 0], arr[:, 1]
+    if isinstance(intervals, Intervals):
+        starts, ends = intervals.columns()
+    else:
+        arr = np.array(intervals, dtype=np.float64)
+        starts, ends = arr[:, 0], arr[:, 1]
     if np.any(starts[1:] < starts[:-1]):  # the pipeline appends in time order; sort otherwise
         order = np.lexsort((ends, starts))
         starts, ends = starts[order], ends[order]
@@ -98,8 +101,10 @@ def _frame(
             data[name] = np.full(rows, SCHEMA_VERSION)
         elif name in ints:
             data[name] = _nullable_ints(columns.get(name, [None] * rows))
-        else:
-            data[name] = columns.get(name, [None] * rows)
+        elif name in columns:
+            data[name] = columns[name]
+        else:  # a field the twin does not record: nulls, as a column of None objects
+            data[name] = pd.Series(np.full(rows, None, dtype=object), dtype=object)
     return pd.DataFrame(data)
 
 

@@ -22,12 +22,13 @@ from dynaresize.traces.workload import Workload
 from . import block_costs
 from ._lazy import LazyModule
 from .baselines import StaticBaselines, static_baselines
+from .collector import full_collections_held
 from .config import ScenarioConfig
 from .context_cache import cache_get, cache_put, context_key
 from .costs import CostModels
 from .costs.lend import LendPlan, plan_lend
 from .costs.resize import ResizePlan, ResizePlans, plan_resizes
-from .pipeline_run import PipelineRun
+from .pipeline_run import Intervals, PipelineRun
 from .pipeline_runner import run_pipeline
 from .sim_records import (
     DECISION_COLUMNS,
@@ -166,11 +167,14 @@ def build_context(
     workload: Workload | None = None,
     costs: CostModels | None = None,
     seed: int | None = None,
+    block_sink: block_costs.BlockSink | None = None,
 ) -> SimContext:
     """Generate (or take) the workload and compute every policy-independent quantity.
 
     The context of a generated workload is kept per process (`context_cache`): asked again for
     the same scenario, costs and seed, this returns the kept one, its arrays read-only.
+    `block_sink` is called with every block of the workload, in order, where the context is
+    built here (not where it is the kept one).
     """
     key = None
     if seed is None:
@@ -187,7 +191,9 @@ def build_context(
         kept = cache_get(key)
         if kept is not None:
             return kept if kept.config is config else replace(kept, config=config)
-    context = _build_context(config, workload=workload, costs=costs, seed=seed)
+    context = _build_context(
+        config, workload=workload, costs=costs, seed=seed, block_sink=block_sink
+    )
     cache_put(key, context, context.num_samples)
     return context
 
@@ -198,6 +204,7 @@ def _build_context(
     workload: Workload | None,
     costs: CostModels | None,
     seed: int,
+    block_sink: block_costs.BlockSink | None = None,
 ) -> SimContext:
     costs = costs or config.costs
     if workload is None:
@@ -205,7 +212,9 @@ def _build_context(
         if block_costs.holds_samples(config) or num_samples <= block_costs.CONTEXT_BLOCK_SAMPLES:
             workload = generate_workload(config.workload, config.simulation.num_steps, seed)
     cluster = config.cluster
-    step_costs, tokens, stats = block_costs.step_costs_by_block(config, costs, workload, seed)
+    step_costs, tokens, stats = block_costs.step_costs_by_block(
+        config, costs, workload, seed, block_sink=block_sink
+    )
     _require_finite(step_costs)
     plans = plan_resizes(
         strategy=config.pipeline.resize_strategy,
@@ -293,6 +302,18 @@ def simulate(
         policy = policy_config_or_object
         policy.reset()
     name = _policy_name(policy)
+    with full_collections_held():
+        return _simulate(config, policy, name, ctx, clairvoyant_lending=clairvoyant_lending)
+
+
+def _simulate(
+    config: ScenarioConfig,
+    policy: Policy,
+    name: str,
+    ctx: SimContext,
+    *,
+    clairvoyant_lending: bool,
+) -> SimResult:
     records = run_pipeline(
         PipelineRun(
             costs=ctx.step_costs,
@@ -308,13 +329,19 @@ def simulate(
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
         )
     )
+    # Each table, once built, lets go of the records it was built from: at a million steps
+    # they hold more memory than the tables themselves.
     decision_columns: dict[str, list | np.ndarray] = dict(records.decisions)
     if "lend" not in decision_columns:  # a run that could not lend lent nothing
         # Given before the frame is built: a column replaced in a built frame costs a copy.
-        decision_columns["lend"] = np.zeros(len(records.decision_rows), dtype=bool)
+        num_rows = len(next(iter(decision_columns.values()))) if decision_columns else 0
+        decision_columns["lend"] = np.zeros(num_rows, dtype=bool)
     steps = _steps_frame(records, ctx.step_stats)
+    records.steps, records.train_intervals, records.rollout_intervals = {}, Intervals(), Intervals()
     resizes = _frame(records.resizes, RESIZE_COLUMNS)
+    records.resizes = {}
     decisions = _frame(decision_columns, DECISION_COLUMNS, ints=("resize_id",))
+    decision_columns = records.decisions = {}
     base = config.simulation.baseline_allocation
     summary = summarize_run(
         policy=name,

@@ -163,6 +163,7 @@ def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None
     from dynaresize.config import load_run_config
     from dynaresize.policies.registry import parse_policy_config, parse_policy_spec
     from dynaresize.twin import default_out_dir, load_costs, run_comparison, write_comparison
+    from dynaresize.twin.shared_samples import SharedSamples
 
     with user_errors(config, about=[config, trace, costs]):
         if trace is not None and seed is not None:
@@ -191,21 +192,25 @@ def _run_sim(config, policy, costs, out, trace, steps, seed, mechanisms) -> None
                 update={"num_steps": workload.num_steps}
             )
         run_config = run_config.model_copy(update=updates)
-        comparison = run_comparison(run_config, policies, workload=workload)
-        side_by_side = None
-        if mechanisms:
-            from dynaresize.twin.mechanisms import compare_mechanisms
+        # The samples table depends on the workload alone: written from the moment the
+        # context exists, beside the simulation, then linked into the run folder.
+        with SharedSamples(beside=destination) as samples:
+            comparison = run_comparison(run_config, policies, workload=workload, samples=samples)
+            side_by_side = None
+            if mechanisms:
+                from dynaresize.twin.mechanisms import compare_mechanisms
 
-            side_by_side = compare_mechanisms(run_config, comparison.context)
-        written = write_comparison(
-            comparison,
-            destination,
-            resolved_config=run_config.model_dump(mode="json"),
-            timeline_svg=run_config.output.timeline_svg,
-            timeline_png=run_config.output.timeline_png,
-            mechanisms=side_by_side,
-            chrome_trace_max_steps=run_config.output.chrome_trace_max_steps,
-        )
+                side_by_side = compare_mechanisms(run_config, comparison.context)
+            written = write_comparison(
+                comparison,
+                destination,
+                resolved_config=run_config.model_dump(mode="json"),
+                timeline_svg=run_config.output.timeline_svg,
+                timeline_png=run_config.output.timeline_png,
+                mechanisms=side_by_side,
+                chrome_trace_max_steps=run_config.output.chrome_trace_max_steps,
+                samples=samples,
+            )
     title = (
         f"{run_config.name}: {run_config.simulation.num_steps} steps, "
         f"{run_config.pipeline.mode.value}, {run_config.pipeline.resize_strategy.value} resizes"

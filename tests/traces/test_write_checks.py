@@ -58,3 +58,21 @@ def test_a_bad_role_in_a_shared_role_list_stops_the_write(run, tmp_path):
     with pytest.raises(TraceError, match="roles") as err:
         write_trace(tmp_path / "t", _trace(run, steps=steps))
     assert "row 5" in str(err.value)
+
+
+def test_a_long_table_checked_a_chunk_at_a_time_names_its_row_in_the_whole(
+    run, tmp_path, monkeypatch
+):
+    from dynaresize.traces import parquet_io
+
+    monkeypatch.setattr(parquet_io, "ROWS_PER_CHUNK", 4)
+    resizes = run.resizes.copy()
+    assert len(resizes) > 9
+    write_trace(tmp_path / "good", _trace(run, resizes=resizes))
+    back = read_trace(tmp_path / "good")
+    pd.testing.assert_frame_equal(back.resizes, _trace(run).validated().resizes)
+    resizes.loc[9, "phase"] = "teleport"
+    with pytest.raises(TraceError, match="teleport") as err:
+        write_trace(tmp_path / "t", _trace(run, resizes=resizes))
+    assert "row 9" in str(err.value) and "phase" in str(err.value)
+    assert not (tmp_path / "t").exists()

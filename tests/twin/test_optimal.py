@@ -171,3 +171,26 @@ def test_regret_is_one_definition_with_rounding_and_a_zero_optimum_guarded():
         0.1
     )
     assert Regret(policy_total_s=5.0, optimal_total_s=0.0).regret_fraction == 0.0
+
+
+@pytest.mark.parametrize("initial_index", [None, 1])
+def test_the_compiled_forward_pass_finds_the_python_loops_schedule_to_the_bit(
+    initial_index, monkeypatch
+):
+    """Ties included (lengths drawn from a few values, moves of equal cost): the same path,
+    the same totals, whichever backend runs the forward pass."""
+    import dynaresize.twin.optimal as optimal
+
+    rng = np.random.default_rng(3)
+    step_s = rng.choice([1.0, 1.5, 2.0, 0.1 + 0.2], size=(500, 4))
+    resize_s = uniform_resize_matrix(4, 0.5)
+    resize_s[2, 0] = 0.25
+    found = {}
+    for compiled in (False, True):
+        monkeypatch.setattr(optimal, "_compiled", lambda _steps, c=compiled: c)
+        found[compiled] = offline_optimum(step_s, resize_s, initial_index=initial_index)
+    python, numba = found[False], found[True]
+    assert np.array_equal(python.candidate_index, numba.candidate_index)
+    assert python.total_s == numba.total_s
+    assert python.resize_s == numba.resize_s and python.num_resizes == numba.num_resizes
+    assert python.num_resizes > 0

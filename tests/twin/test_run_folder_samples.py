@@ -93,3 +93,49 @@ def test_every_folder_lists_its_linked_samples_as_its_own(folder):
         marker = json.loads((run_folder / OUTPUT_MARKER).read_text())
         assert "samples.parquet" in marker["entries"], run_folder
     assert sorted(p.name for p in out.parent.iterdir()) == ["out"]  # no private folder left
+
+
+def _blocks_of(workload, steps_per_block):
+    return [
+        (first, workload.slice_steps(first, min(first + steps_per_block, workload.num_steps)))
+        for first in range(0, workload.num_steps, steps_per_block)
+    ]
+
+
+def test_a_table_fed_block_by_block_is_the_one_drawn_again(tmp_path):
+    """The blocks the context draws, handed to the writer as they come, make the same file as
+    the workload drawn again from its seed."""
+    from dynaresize.twin.shared_samples import SharedSamples
+    from dynaresize.twin.simulation import build_context
+
+    config = scenario()
+    context = build_context(config)
+    folders = {}
+    for way in ("fed", "drawn"):
+        out = tmp_path / way / "run"
+        folders[way] = out
+        out.mkdir(parents=True)
+        with SharedSamples(beside=out) as samples:
+            if way == "fed":
+                sink = samples.block_sink()
+                for first, block in _blocks_of(context.workload, 7):
+                    sink(first, block)
+            samples.start(context)
+            samples.attach(out)
+    fed, drawn = (folders[w] / "samples.parquet" for w in ("fed", "drawn"))
+    assert fed.read_bytes() == drawn.read_bytes()
+
+
+def test_a_run_that_fails_while_feeding_leaves_no_folder_behind(tmp_path):
+    from dynaresize.twin.shared_samples import SharedSamples
+    from dynaresize.twin.simulation import build_context
+
+    context = build_context(scenario())
+    out = tmp_path / "new" / "deeper" / "run"
+    failed = pytest.raises(RuntimeError, match="the simulation failed")
+    with failed, SharedSamples(beside=out) as samples:
+        sink = samples.block_sink()
+        first, block = _blocks_of(context.workload, 5)[0]
+        sink(first, block)
+        raise RuntimeError("the simulation failed")
+    assert list(tmp_path.iterdir()) == []  # the private folder and the folders made for it
