@@ -341,7 +341,8 @@ def _simulate(
     resizes = _frame(records.resizes, RESIZE_COLUMNS)
     records.resizes = {}
     decisions = _frame(decision_columns, DECISION_COLUMNS, ints=("resize_id",))
-    decision_columns = records.decisions = {}
+    records.decisions = {}
+    del decision_columns
     base = config.simulation.baseline_allocation
     summary = summarize_run(
         policy=name,
