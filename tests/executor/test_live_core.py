@@ -14,7 +14,7 @@ import torch
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.job.live_job import prepare_prompt_source, replica_scorer
-from dynaresize.executor.rl.model import build_model, count_parameters
+from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.task import TOKENIZER
 from dynaresize.executor.worker.objective import pack
 from dynaresize.executor.worker.rollout import (
@@ -23,8 +23,8 @@ from dynaresize.executor.worker.rollout import (
     sampler_config,
     sampling_params,
 )
-from dynaresize.executor.worker.shards import ShardLayout
 from dynaresize.executor.worker.trainer import TrainerRole
+from tests.single_trainer import single_rank_trainer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -59,18 +59,7 @@ def _replica(worker_id: int, *, weights_version: int = 0) -> RolloutRole:
 
 def _trainer() -> TrainerRole:
     """A single trainer rank with the model's initial weights, as `initial_shard` loads them."""
-    model = build_model(LIVE.model).requires_grad_(True)
-    trainer = TrainerRole(
-        worker_id=0,
-        model=model,
-        device=CPU,
-        settings=LIVE.optimizer,
-        objective=LIVE.objective,
-        micro_batch_samples=LIVE.micro_batch_samples,
-    )
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=count_parameters(model), num_ranks=1))
-    flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-    trainer.load_weights(flat, optimizer_step=0)
+    trainer = single_rank_trainer(LIVE)
     trainer.load_moments({})
     return trainer
 

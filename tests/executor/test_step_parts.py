@@ -13,14 +13,12 @@ import torch
 
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.rl.model import build_model, count_parameters
 from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.step_records import worker_step_records
 from dynaresize.executor.worker.deferred_optimizer import DeferredOptimizerState
 from dynaresize.executor.worker.microbatch import length_buckets
 from dynaresize.executor.worker.overlapped import BackgroundWork, OverlappedWorkerSide
 from dynaresize.executor.worker.rollout import RolloutReport, replica_step
-from dynaresize.executor.worker.shards import ShardLayout
 from dynaresize.executor.worker.step_timing import PartClock
 from dynaresize.executor.worker.trainer import TrainerRole
 from dynaresize.policies.types import Allocation
@@ -29,6 +27,7 @@ from dynaresize.traces.worker_steps import (
     TRAIN_WORKER_KEY,
     worker_steps_frame,
 )
+from tests.single_trainer import single_rank_trainer
 from tests.trainer_samples import synthetic_batch
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -38,19 +37,7 @@ CPU = torch.device("cpu")
 
 
 def _trainer(*, optimizer_step: int = 0) -> TrainerRole:
-    model = build_model(LIVE.model).requires_grad_(True)
-    trainer = TrainerRole(
-        worker_id=0,
-        model=model,
-        device=CPU,
-        settings=LIVE.optimizer,
-        objective=LIVE.objective,
-        micro_batch_samples=LIVE.micro_batch_samples,
-    )
-    trainer.bind(group=None, rank=0, layout=ShardLayout(numel=count_parameters(model), num_ranks=1))
-    flat = torch.cat([p.detach().reshape(-1).float() for p in model.parameters()])
-    trainer.load_weights(flat, optimizer_step=optimizer_step)
-    return trainer
+    return single_rank_trainer(LIVE, optimizer_step=optimizer_step)
 
 
 def test_a_trainers_parts_add_up_within_its_step():

@@ -1,7 +1,8 @@
 """The Chrome-trace builder as it was before events were built column-wise: one dict per event.
 
 Kept as the reference the columnar builder (`dynaresize.traces.chrome_trace`) must match, event
-for event, on the runs the tests cover.
+for event, on the runs the tests cover. The track constants and metadata events, which the
+columnar builder did not change, come from the package.
 """
 
 from __future__ import annotations
@@ -10,31 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from dynaresize.traces.chrome_tracks import LANE_TID_STRIDE, NESTING_TOLERANCE_US, track_metadata
 from dynaresize.traces.phases import PhaseName, PipelineMode
 from dynaresize.traces.rows import record_rows
-
-LANE_TID_STRIDE = 1000
-"""Extra tracks of a track with tid T get tids T + 1000, T + 2000, ...: clear of every base tid."""
-NESTING_TOLERANCE_US = 0.01
-"""Spans that touch within this (rounding of the microsecond clock) count as touching."""
-
-
-def track_metadata(pid: int, tid: int | None, name: str, sort_index: int) -> list[dict[str, Any]]:
-    if tid is None:
-        return [
-            {"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}},
-            {"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}},
-        ]
-    return [
-        {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}},
-        {
-            "name": "thread_sort_index",
-            "ph": "M",
-            "pid": pid,
-            "tid": tid,
-            "args": {"sort_index": sort_index},
-        },
-    ]
 
 
 def _lanes(spans: list[dict]) -> list[int]:
