@@ -378,7 +378,7 @@ class LiveSession:
         )
         self.resize_before_step = None
         self.observer.step_recorded(record, roles.allocation)
-        self.log.step(record, *step_rows(step, batch, reports, roles))
+        self.log.step(record, *step_rows(step, batch, reports))
 
     def _record_background(self, phases: list[PhaseTiming]) -> None:
         """Phases a strategy overlapped with the step after its resize, once they have ended."""

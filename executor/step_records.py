@@ -28,7 +28,6 @@ from dynaresize.traces.schema import (
 )
 from dynaresize.traces.transfers import TransferRecord, to_extra
 from dynaresize.traces.worker_steps import (
-    TrainWorkerStep,
     rollout_replica_extra,
     train_worker_extra,
 )
@@ -118,44 +117,24 @@ def sample_records(step: int, batch: RolloutBatch) -> list[SampleRecord]:
 
 
 def step_rows(
-    step: int, batch: RolloutBatch, reports: Mapping[int, TrainReport], roles: RoleMap
+    step: int, batch: RolloutBatch, reports: Mapping[int, TrainReport]
 ) -> tuple[list[ExtraMetricRecord | SampleRecord], list[LineageRecord]]:
     """What the run log keeps of a step beside its step record: the trace rows (its samples,
     then every worker's part) and the lineage records."""
     rows: list[ExtraMetricRecord | SampleRecord] = [*sample_records(step, batch)]
-    rows += worker_step_records(step, batch, reports, roles)
+    rows += worker_step_records(step, batch, reports)
     return rows, list(lineage_records(step, batch, reports))
 
 
 def worker_step_records(
-    step: int, batch: RolloutBatch, reports: Mapping[int, TrainReport], roles: RoleMap
+    step: int, batch: RolloutBatch, reports: Mapping[int, TrainReport]
 ) -> list[ExtraMetricRecord]:
     """Every trainer's part of the step and every replica's part of its batch, as trace rows:
     where the step record's slowest-worker times went."""
     rows = [rollout_replica_extra(r, step=step) for r in batch.replicas]
-    for worker_id, report in sorted(reports.items()):
-        parts = report.parts
-        if parts is None:
-            continue
-        record = TrainWorkerStep(
-            worker_id=worker_id,
-            rank=report.rank,
-            num_trainers=roles.num_trainers,
-            train_s=report.train_s,
-            compute_s=parts.compute_s,
-            all_reduce_s=parts.all_reduce_s,
-            optimizer_s=parts.optimizer_s,
-            all_gather_s=parts.all_gather_s,
-            moments_wait_s=parts.moments_wait_s,
-            micro_batches=parts.micro_batches,
-            token_budget=parts.token_budget,
-            device_free_bytes=parts.device_free_bytes,
-            device_allocs=parts.device_allocs,
-            alloc_retries=parts.alloc_retries,
-            reserved_bytes=parts.reserved_bytes,
-            host_load_1m=parts.host_load_1m,
-        )
-        rows.append(train_worker_extra(record, step=step))
+    for _, report in sorted(reports.items()):
+        if report.parts is not None:
+            rows.append(train_worker_extra(report.parts, step=step))
     return rows
 
 

@@ -90,12 +90,10 @@ class Trace:
     def table(self, name: str) -> pd.DataFrame:
         return getattr(self, name)
 
-    def validated(self, *, source: str | None = None, keep_text: bool = False) -> Trace:
-        """The same trace with every table checked and in canonical dtypes (raises TraceError);
-        with `keep_text`, pandas text columns kept as they are (`validate_frame`)."""
+    def validated(self, *, source: str | None = None) -> Trace:
+        """The same trace with every table checked and in canonical dtypes (raises TraceError)."""
         frames = {
-            t: validate_frame(self.table(t), TABLES[t], table=t, source=source, keep_text=keep_text)
-            for t in TABLES
+            t: validate_frame(self.table(t), TABLES[t], table=t, source=source) for t in TABLES
         }
         return Trace(meta=self.meta, skipped=list(self.skipped), **frames)
 

@@ -17,7 +17,6 @@ against this bound, not guaranteed to be exactly non-negative to the last second
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._lazy import LazyModule
-from .costs.rollout_kernels import NO_NUMBA_ENV
+from .costs.rollout_kernels import numba_disabled
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,7 +148,7 @@ loaded it yet); below, or with DYNARESIZE_NO_NUMBA=1, the Python loop."""
 
 def _compiled(num_steps: int) -> bool:
     """Whether the forward pass of `num_steps` steps runs compiled (`NUMBA_MIN_STEPS`)."""
-    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+    if numba_disabled():
         return False
     return num_steps >= NUMBA_MIN_STEPS or "numba" in sys.modules
 

@@ -57,23 +57,20 @@ def count_thrash(resizes_in_order: pd.DataFrame, *, thrash_window_steps: int) ->
 
     Takes one row per resize with `step`, `from_allocation` and `to_allocation`, in order.
     """
-    if len(resizes_in_order) < 2:
+    return _undone(
+        resizes_in_order["step"].to_numpy(),
+        resizes_in_order["from_allocation"].to_numpy(),
+        resizes_in_order["to_allocation"].to_numpy(),
+        thrash_window_steps,
+    )
+
+
+def _undone(step: np.ndarray, came_from: np.ndarray, went_to: np.ndarray, window: int) -> int:
+    """Of resizes in order, how many the next one undoes within `window` steps."""
+    if len(step) < 2:
         return 0
-    step = resizes_in_order["step"].to_numpy()
-    came_from = resizes_in_order["from_allocation"].to_numpy()
-    went_to = resizes_in_order["to_allocation"].to_numpy()
-    undone = (went_to[1:] == came_from[:-1]) & (step[1:] - step[:-1] <= thrash_window_steps)
+    undone = (went_to[1:] == came_from[:-1]) & (step[1:] - step[:-1] <= window)
     return int(undone.sum())
-
-
-def one_row_per_resize(resizes: pd.DataFrame) -> pd.DataFrame:
-    """The first phase row of each resize, in resize_id order (a resize's phases share its step
-    and its from and to splits)."""
-    columns = ["resize_id", "step", "from_allocation", "to_allocation"]
-    if resizes.empty:
-        return pd.DataFrame(columns=columns)
-    _, first = np.unique(resizes["resize_id"].to_numpy(), return_index=True)
-    return resizes[columns].iloc[first].reset_index(drop=True)
 
 
 def summarize_run(
@@ -131,15 +128,15 @@ def summarize_run(
 
 
 def _resizes_and_thrash(resizes: pd.DataFrame, thrash_window_steps: int) -> tuple[int, int]:
-    """Resizes in the phase table, and how many of them the next one undoes: `count_thrash` of
-    `one_row_per_resize`, on the columns' arrays."""
+    """Resizes in the phase table, and how many of them the next one undoes (`count_thrash` of
+    the first phase row of each resize: a resize's phases share its step and splits)."""
     if resizes.empty:
         return 0, 0
     _, first = np.unique(resizes["resize_id"].to_numpy(), return_index=True)
-    if len(first) < 2:
-        return len(first), 0
-    step = resizes["step"].to_numpy()[first]
-    came_from = resizes["from_allocation"].to_numpy()[first]
-    went_to = resizes["to_allocation"].to_numpy()[first]
-    undone = (went_to[1:] == came_from[:-1]) & (step[1:] - step[:-1] <= thrash_window_steps)
-    return len(first), int(undone.sum())
+    undone = _undone(
+        resizes["step"].to_numpy()[first],
+        resizes["from_allocation"].to_numpy()[first],
+        resizes["to_allocation"].to_numpy()[first],
+        thrash_window_steps,
+    )
+    return len(first), undone

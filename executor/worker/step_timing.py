@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import NamedTuple
 
 import torch
 
@@ -55,12 +56,25 @@ class PartClock:
         return out
 
 
-def allocator_counts(device: torch.device) -> tuple[int, int] | None:
-    """(device allocations, allocation retries) of the caching allocator so far; None on a CPU."""
+class AllocatorCounts(NamedTuple):
+    """The caching allocator's counters at one moment (one read of its statistics)."""
+
+    device_allocs: int
+    alloc_retries: int
+    reserved_bytes: int
+
+
+def allocator_counts(device: torch.device) -> AllocatorCounts | None:
+    """Device allocations and allocation retries of the caching allocator so far, and the memory
+    it reserves now; None on a CPU."""
     if device.type != "cuda":
         return None
     stats = torch.cuda.memory_stats(device)
-    return int(stats.get("num_device_alloc", 0)), int(stats.get("num_alloc_retries", 0))
+    return AllocatorCounts(
+        int(stats.get("num_device_alloc", 0)),
+        int(stats.get("num_alloc_retries", 0)),
+        int(stats.get("reserved_bytes.all.current", 0)),
+    )
 
 
 def device_free_bytes(device: torch.device) -> int | None:

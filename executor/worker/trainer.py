@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from dynaresize.traces.worker_steps import TrainWorkerStep
+
 from ..batch import RolloutSample
 from ..rl.model import count_parameters
 from ..rl.settings import ObjectiveSettings, OptimizerSettings
@@ -47,26 +49,8 @@ class TrainReport:
     """(prompt_id, sample_index) of every sample this trainer trained on."""
     logprob_gap: LogprobGap = field(default_factory=LogprobGap)
     """Engine-reported vs recomputed logprobs of its samples (a health figure)."""
-    parts: StepParts | None = None
-    """Where the step's time went on this trainer, and the memory it found."""
-
-
-@dataclass(frozen=True)
-class StepParts:
-    """One trainer's step in parts (`traces.worker_steps.TrainWorkerStep` records them)."""
-
-    compute_s: float
-    all_reduce_s: float
-    optimizer_s: float
-    all_gather_s: float
-    moments_wait_s: float
-    micro_batches: int
-    token_budget: int | None
-    device_free_bytes: int | None
-    device_allocs: int | None
-    alloc_retries: int | None
-    reserved_bytes: int | None
-    host_load_1m: float | None
+    parts: TrainWorkerStep | None = None
+    """Where the step's time went on this trainer, and the memory it found: its trace record."""
 
 
 class TrainerRole:
@@ -230,21 +214,26 @@ class TrainerRole:
         free = device_free_bytes(self.device)
         counts_before = allocator_counts(self.device)
         deferred = self.deferred_moments
-        waited_before = deferred.waited_s if deferred is not None and deferred.installed else None
+        installed_before = deferred is None or deferred.installed
         clock = PartClock(self.device)
         figures = self.step(samples, num_batch_tokens=num_batch_tokens, clock=clock)
         loss_sum, gap_sum, gap_tokens, grad_norm = figures.tolist()  # the step's one read
         train_s = time.perf_counter() - start
         seconds = clock.seconds()
         counts_after = allocator_counts(self.device)
-        allocs = retries = None
+        allocs = retries = reserved = None
         if counts_before is not None and counts_after is not None:
-            allocs = counts_after[0] - counts_before[0]
-            retries = counts_after[1] - counts_before[1]
+            allocs = counts_after.device_allocs - counts_before.device_allocs
+            retries = counts_after.alloc_retries - counts_before.alloc_retries
+            reserved = counts_after.reserved_bytes
         moments_wait_s = 0.0
-        if deferred is not None and deferred.installed and waited_before is None:
+        if deferred is not None and deferred.installed and not installed_before:
             moments_wait_s = deferred.waited_s  # installed by this step's update
-        parts = StepParts(
+        parts = TrainWorkerStep(
+            worker_id=self.worker_id,
+            rank=self.rank,
+            num_trainers=self.layout.num_ranks,
+            train_s=train_s,
             compute_s=seconds["compute"],
             all_reduce_s=seconds["all_reduce"],
             optimizer_s=seconds["optimizer"],
@@ -255,9 +244,7 @@ class TrainerRole:
             device_free_bytes=free,
             device_allocs=allocs,
             alloc_retries=retries,
-            reserved_bytes=(
-                int(torch.cuda.memory_reserved(self.device)) if self.device.type == "cuda" else None
-            ),
+            reserved_bytes=reserved,
             host_load_1m=load,
         )
         return TrainReport(

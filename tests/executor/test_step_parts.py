@@ -13,7 +13,6 @@ import torch
 
 from dynaresize.executor.batch import RolloutBatch
 from dynaresize.executor.config import LiveConfig
-from dynaresize.executor.roles import RoleMap
 from dynaresize.executor.step_records import worker_step_records
 from dynaresize.executor.worker.deferred_optimizer import DeferredOptimizerState
 from dynaresize.executor.worker.microbatch import length_buckets
@@ -21,7 +20,6 @@ from dynaresize.executor.worker.overlapped import BackgroundWork, OverlappedWork
 from dynaresize.executor.worker.rollout import RolloutReport, replica_step
 from dynaresize.executor.worker.step_timing import PartClock
 from dynaresize.executor.worker.trainer import TrainerRole
-from dynaresize.policies.types import Allocation
 from dynaresize.traces.worker_steps import (
     ROLLOUT_REPLICA_KEY,
     TRAIN_WORKER_KEY,
@@ -113,8 +111,7 @@ def test_the_trace_gets_one_record_per_trainer_and_replica():
         rollout_s=1.5,
         replicas=[replica_step(replica)],
     )
-    roles = RoleMap.for_allocation(Allocation(train_gpus=1, rollout_gpus=3))
-    rows = worker_step_records(4, batch, {0: report}, roles)
+    rows = worker_step_records(4, batch, {0: report})
     extras = pd.DataFrame([r.model_dump() for r in rows])
     trainers = worker_steps_frame(extras, TRAIN_WORKER_KEY)
     replicas = worker_steps_frame(extras, ROLLOUT_REPLICA_KEY)

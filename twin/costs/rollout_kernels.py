@@ -54,10 +54,15 @@ _loaded_kernel: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] | None 
 """The numba kernel once this process has loaded it."""
 
 
+def numba_disabled() -> bool:
+    """Whether DYNARESIZE_NO_NUMBA asks every compiled path of the twin to run in numpy/Python."""
+    return os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0")
+
+
 def default_backend(num_samples: int | None = None) -> KernelBackend:
     """numpy where DYNARESIZE_NO_NUMBA=1 asks for it; otherwise numba for a call of unknown
     size, of at least NUMBA_MIN_SAMPLES samples, or once the kernel is loaded; numpy below."""
-    if os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0"):
+    if numba_disabled():
         return KernelBackend.NUMPY
     if num_samples is None or num_samples >= NUMBA_MIN_SAMPLES or _loaded_kernel is not None:
         return KernelBackend.NUMBA
@@ -125,6 +130,7 @@ def replica_counts_many(
     if not counts:
         return {}
     bounds = [chunk_bounds(step_offsets, r) for r in counts]
+    backend = backend or default_backend(len(response_tokens))
     if max_concurrent_seqs is None or all(
         len(sizes) == 0 or sizes.max() <= max_concurrent_seqs for _, sizes in bounds
     ):
@@ -134,9 +140,8 @@ def replica_counts_many(
             np.ascontiguousarray(prompt_tokens, dtype=np.int64),
             np.ascontiguousarray(response_tokens, dtype=np.int64),
             dict(zip(counts, bounds, strict=True)),
-            backend or default_backend(len(response_tokens)),
+            backend,
         )
-    backend = backend or default_backend(len(response_tokens))
     if backend is not KernelBackend.NUMBA or len(counts) < 2:
         return {
             r: replica_counts(

@@ -106,7 +106,15 @@ def run_title(steps: pd.DataFrame, boundaries: pd.DataFrame) -> str:
     return f"Run of {len(steps)} steps, {len(boundaries)} resize(s)"
 
 
-def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
+def _long_run_markers(boundaries: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame | None:
+    """One marker per pixel column where a run has more resizes than columns; None otherwise.
+    Reduced once per figure, for every panel that draws them."""
+    return markers_per_column(boundaries, steps) if len(boundaries) > MARKER_COLUMNS else None
+
+
+def _draw_step_times(
+    ax, steps: pd.DataFrame, boundaries: pd.DataFrame, shown: pd.DataFrame | None
+) -> None:
     ordered = steps.sort_values("step")
     x = ordered["step"].to_numpy()
     ax.plot(x, ordered["step_s"], color="black", lw=1.6, label="step time")
@@ -114,10 +122,10 @@ def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.plot(x, ordered["train_s"], color=TRAIN_COLOR, lw=0.9, ls="--", label="train stage")
     # where the legend goes is searched over every point drawn: for a long run, not searched
     legend_at = "best" if len(steps) <= MARKER_COLUMNS else "upper left"
-    if len(boundaries) > MARKER_COLUMNS:
+    if shown is not None:
         draw_column_markers(
             ax,
-            markers_per_column(boundaries, steps),
+            shown,
             stall_color=CRITICAL_COLOR,
             marker_color=RESIZE_MARKER_COLOR,
         )
@@ -157,7 +165,9 @@ def _draw_step_times(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.legend(loc=legend_at, fontsize=8)
 
 
-def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
+def _draw_allocation(
+    ax, steps: pd.DataFrame, boundaries: pd.DataFrame, shown: pd.DataFrame | None
+) -> None:
     """GPUs per role against run time, as a stacked step area, with resize stalls shaded."""
     ordered = steps.sort_values("step")
     t = np.append(ordered["start_s"].to_numpy(float), ordered["end_s"].to_numpy(float)[-1])
@@ -167,8 +177,7 @@ def _draw_allocation(ax, steps: pd.DataFrame, boundaries: pd.DataFrame) -> None:
     ax.fill_between(
         t, train, train + rollout, step="post", color=ROLLOUT_COLOR, alpha=0.8, label="rollout GPUs"
     )
-    if len(boundaries) > MARKER_COLUMNS:
-        shown = markers_per_column(boundaries, steps)
+    if shown is not None:
         stalled = shown[shown["end_s"] > shown["start_s"]]
         ax.broken_barh(
             list(zip(stalled["start_s"], stalled["end_s"] - stalled["start_s"], strict=True)),
@@ -208,9 +217,10 @@ def plot_timeline(
     boundaries = _resize_boundaries(steps, resizes)
     fig = new_figure(width_in=10, height_in=6.5)
     top, bottom = fig.subplots(2, 1, height_ratios=[3, 2])
-    _draw_step_times(top, steps, boundaries)
+    shown = _long_run_markers(boundaries, steps)
+    _draw_step_times(top, steps, boundaries, shown)
     top.set_title("Step time per training step")
-    _draw_allocation(bottom, steps, boundaries)
+    _draw_allocation(bottom, steps, boundaries, shown)
     bottom.set_title("Allocation over time (train + rollout GPUs)")
     fig.suptitle(title if title is not None else run_title(steps, boundaries))
     return fig
@@ -259,7 +269,7 @@ def plot_allocation(
     boundaries = _resize_boundaries(steps, resizes)
     fig = new_figure(width_in=10, height_in=6)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    _draw_allocation(top, steps, boundaries)
+    _draw_allocation(top, steps, boundaries, _long_run_markers(boundaries, steps))
     top.set_title("GPUs per role")
     _draw_device_roles(bottom, steps)
     bottom.set_title("Role of each GPU")
