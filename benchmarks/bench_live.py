@@ -10,11 +10,12 @@ representative.
     python3 benchmarks/bench_live.py --device cuda --engine vllm --release sleep --tag vllm_sleep
 
 `--engine vllm` generates with vLLM (`--release` sleep, destroy, keep or auto; `--kv-gib` of KV
-cache per engine, `--batch-invariant`); `--schedule` replaces the policy's schedule (another
-schedule for a validation run). Besides every step and phase, the summary names the figures a
-resize is judged by: `add_two_replicas_critical_path_s` (a move that adds two replicas),
-`remove_replica_critical_path_s` (one that removes one), `sync_s_median`, `rollout_s_median` and
-`setup_total_s`. `--run-dir` keeps the run folder (its trace feeds `dynaresize calibrate`).
+cache per engine, `--batch-invariant`, `--cuda-graphs`); `--schedule` replaces the policy's
+schedule (another schedule for a validation run). Besides every step and phase, the summary names
+the figures a resize is judged by: `add_two_replicas_critical_path_s` (a move that adds two
+replicas), `remove_replica_critical_path_s` (one that removes one), `sync_s_median`,
+`rollout_s_median` and `setup_total_s`. `--run-dir` keeps the run folder (its trace feeds
+`dynaresize calibrate`).
 
 Writes live_<tag>.json and live_<tag>.md into --out-dir (default benchmarks/results/).
 """
@@ -169,7 +170,11 @@ def engine_fields(args: argparse.Namespace) -> dict:
     """The `rollout_engine` section and schedule the command line asks for."""
     fields: dict = {}
     if args.engine == "vllm":
-        vllm = {"kv_cache_memory_gb": args.kv_gib, "batch_invariant": args.batch_invariant}
+        vllm = {
+            "kv_cache_memory_gb": args.kv_gib,
+            "batch_invariant": args.batch_invariant,
+            "enforce_eager": not args.cuda_graphs,
+        }
         fields["rollout_engine"] = {"kind": "vllm", "release": args.release, "vllm": vllm}
     elif args.release != "auto":
         fields["rollout_engine"] = {"kind": args.engine, "release": args.release}
@@ -248,6 +253,12 @@ def main() -> None:
     parser.add_argument("--release", choices=["auto", "destroy", "keep", "sleep"], default="auto")
     parser.add_argument("--kv-gib", type=float, default=8.0, help="vLLM KV cache per engine.")
     parser.add_argument("--batch-invariant", action="store_true", help="vLLM batch-invariant.")
+    parser.add_argument(
+        "--cuda-graphs",
+        action="store_true",
+        help="vLLM with torch.compile and CUDA graphs (enforce_eager: false): slower setup, "
+        "decode iterations bound by the device rather than by kernel launches.",
+    )
     parser.add_argument("--schedule", default=None, help="The scheduled policy's schedule.")
     parser.add_argument("--steps", type=int, default=None, help="Steps (default: the preset's).")
     parser.add_argument(

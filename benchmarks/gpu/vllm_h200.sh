@@ -24,7 +24,8 @@
 # (BENCH_PARTS=vllm_destroy for the destroy figures alone).
 # Every step runs under `timeout` (its own limit, or what is left of the call's BUDGET_S,
 # default 540 s); a step that fails or runs out is logged and the next one runs; a part that
-# does not fit in what is left is skipped and logged. The live runs take LIVE_STEPS (4) steps.
+# does not fit in what is left is skipped and logged. The live runs take LIVE_STEPS (4) steps;
+# LIVE_EXTRA adds bench_live arguments to every live run (LIVE_EXTRA=--cuda-graphs).
 # Two calls' engine figures merge with
 #   python benchmarks/bench_vllm_h200.py --merge A/vllm_h200.json B/vllm_h200.json
 # (into benchmarks/results/vllm_h200.json and .md). Everything lands in $OUT (at most 8 files):
@@ -110,7 +111,7 @@ live() {  # NAME RELEASE [more bench_live arguments]
     step "live_$name" "${LIVE_LIMIT_S:-400}" "$OUT/loop.txt" $PY benchmarks/bench_live.py \
         --device cuda --engine vllm --release "$release" --kv-gib "$LIVE_KV_GIB" --tag "$name" \
         --out-dir "$SCRATCH/results" \
-        --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" "$@"
+        --run-dir "$SCRATCH/run_$name" --steps "${LIVE_STEPS:-4}" ${LIVE_EXTRA:-} "$@"
 }
 
 # 2:2 -> 3:1 removes a replica, 3:1 -> 1:3 adds two: both figures within LIVE_STEPS (4) steps
