@@ -18,6 +18,9 @@
 #     semantics   pytest tests/executor/test_live_vllm_cuda.py (two live runs)          ~4 min
 #     weight-paths  pytest tests/executor/test_device_weight_paths_gpu.py and
 #                 test_vllm_cuda_parts.py (no vLLM engine)                              ~1 min
+#     collectives pytest tests/executor/test_trainer_gpu.py and
+#                 benchmarks/bench_trainer_collectives.py (trainers sharing the GPU:
+#                 ipc against host; no vLLM engine)                                      ~3 min
 #
 # One call must stay under the machine's 10 minutes a command, so split the parts over calls:
 #   1. tests,weight-paths   2. loop   3. semantics,bench-0.5b   4. bench-1.5b   5. live
@@ -31,7 +34,8 @@
 # (into benchmarks/results/vllm_h200.json and .md). Everything lands in $OUT (at most 8 files):
 #   steps.log            each step: command, exit status, seconds
 #   tests.log            pytest's reports                bench.log   the benchmark's output
-#   vllm_h200.json, .md  the engine figures per shape
+#   vllm_h200.json, .md  the engine figures per shape (or, with collectives alone,
+#   trainer_collectives.json, .md)
 #   loop_traces.tar.gz   the loop's two traces (calibrate and validate run again from them)
 #   live.json, live.md   the live runs' summaries         loop.txt    live logs, calibrate, validate
 set -uo pipefail
@@ -86,6 +90,13 @@ fi
 if has weight-paths; then
     step weight_paths 180 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly -p no:cacheprovider \
         tests/executor/test_device_weight_paths_gpu.py tests/executor/test_vllm_cuda_parts.py
+fi
+
+if has collectives; then
+    step trainer_tests 200 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly \
+        -p no:cacheprovider tests/executor/test_trainer_gpu.py
+    step collectives_bench 240 "$OUT/bench.log" $PY benchmarks/bench_trainer_collectives.py \
+        --out-dir "$OUT"
 fi
 
 if has semantics; then

@@ -41,7 +41,7 @@ class GroupJob:
     micro_batch_tokens: int | None = None
     device: str = "cpu"
     path: CollectivePath | None = None
-    """None: as the trainer would choose on this device (host when ranks share a GPU)."""
+    """None: as the trainer would choose on this device (ipc: the ranks share one GPU)."""
     start: dict[str, torch.Tensor] | None = None
     """Whole master and moment vectors to start from (None: the model's initial weights)."""
     start_step: int = 0

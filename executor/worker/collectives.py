@@ -4,8 +4,11 @@
 - `device`: the tensors stay on the trainers' devices: NCCL between trainers on distinct GPUs,
             gloo between CPU trainers (where the device is host memory). Both run the same code,
             so CPU tests cover the NCCL path's logic.
-- `host`:   trainers that share one GPU (NCCL cannot join two ranks on the same device): the
-            gradient and the weight slices are copied to host memory and travel over gloo.
+- `ipc`:    every trainer of the group on one GPU (NCCL cannot join two ranks on the same
+            device): each rank maps the others' staging buffers through CUDA IPC and reads them
+            on the device; gloo carries only the handles and the barriers (`same_device.py`).
+- `host`:   some but not all trainers share a GPU, or the IPC mapping was refused: the gradient
+            and the weight slices are copied to host memory and travel over gloo.
 
 `choose_path` decides from the device of every trainer in the group, and says why; the run's
 trace notes carry the reason (`collective_note`).
@@ -20,10 +23,13 @@ from enum import Enum
 import torch
 import torch.distributed as dist
 
+from .same_device import IpcRefused, SameDeviceExchange
+
 
 class CollectivePath(str, Enum):
     NONE = "none"
     DEVICE = "device"
+    IPC = "ipc"
     HOST = "host"
 
 
@@ -42,11 +48,19 @@ def choose_path(device_keys: Sequence[str], *, device_type: str) -> PathChoice:
         return PathChoice(CollectivePath.NONE, None, "a single trainer: no collective")
     if device_type != "cuda":
         return PathChoice(CollectivePath.DEVICE, "gloo", "CPU trainers: gloo on host tensors")
+    if len(set(device_keys)) == 1:
+        return PathChoice(
+            CollectivePath.IPC,
+            "gloo",
+            "trainers share one GPU (NCCL cannot join two ranks on one device): "
+            "device buffers through CUDA IPC, gloo for handles and barriers",
+        )
     if len(set(device_keys)) < len(device_keys):
         return PathChoice(
             CollectivePath.HOST,
             "gloo",
-            "trainers share a GPU (NCCL cannot join two ranks on one device): gloo via host",
+            "some trainers share a GPU, not all (NCCL cannot join two ranks on one device): "
+            "gloo via host",
         )
     return PathChoice(CollectivePath.DEVICE, "nccl", "trainers on distinct GPUs: NCCL")
 
@@ -55,8 +69,10 @@ def collective_note(*, device_type: str, num_workers: int, num_gpus: int) -> str
     """The trace note on the trainers' collectives, from the run's shape (workers over GPUs)."""
     if device_type != "cuda":
         keys = ["cpu"] * 2
-    elif num_workers > num_gpus:
+    elif num_gpus == 1:
         keys = ["gpu0"] * 2
+    elif num_workers > num_gpus:
+        keys = ["gpu0", "gpu0", "gpu1"]  # trainer groups that span GPUs, some sharing one
     else:
         keys = ["gpu0", "gpu1"]
     choice = choose_path(keys, device_type=device_type)
@@ -76,13 +92,52 @@ def device_key(device: torch.device) -> str:
 
 class TrainerCollectives:
     """The all-reduce of the flat gradient and the all-gather of the master slices of one
-    trainer group, on the group's path."""
+    trainer group, on the group's path.
 
-    def __init__(self, choice: PathChoice, group: dist.ProcessGroup | None) -> None:
+    On the ipc path the staging buffers (`staging_numel` fp32 elements per rank: the group's
+    padded flat buffer) are built at the group's first collective, which every rank calls at
+    once; if any rank cannot map them, every rank takes the host path instead and the choice's
+    reason says why."""
+
+    def __init__(
+        self,
+        choice: PathChoice,
+        group: dist.ProcessGroup | None,
+        *,
+        rank: int = 0,
+        staging_numel: int = 0,
+    ) -> None:
         if choice.path is not CollectivePath.NONE and group is None:
             raise ValueError(f"collective path {choice.path.value} needs a process group")
+        if choice.path is CollectivePath.IPC and staging_numel <= 0:
+            raise ValueError("the ipc path needs the size of the group's flat buffer")
         self.choice = choice
         self.group = group
+        self.rank = rank
+        self.staging_numel = staging_numel
+        self._exchange: SameDeviceExchange | None = None
+
+    def _ipc(self, device: torch.device) -> SameDeviceExchange | None:
+        """The group's staging buffers (built on first use), or None once IPC was refused."""
+        if self.path is not CollectivePath.IPC:
+            return None
+        if self._exchange is None:
+            try:
+                self._exchange = SameDeviceExchange(
+                    self.group, rank=self.rank, numel=self.staging_numel, device=device
+                )
+            except IpcRefused as err:
+                self.choice = PathChoice(
+                    CollectivePath.HOST, "gloo", f"CUDA IPC refused ({err}): gloo via host"
+                )
+                return None
+        return self._exchange
+
+    def close(self) -> None:
+        """Release the ipc path's buffers (the trainer leaves this group)."""
+        if self._exchange is not None:
+            self._exchange.close()
+            self._exchange = None
 
     @property
     def path(self) -> CollectivePath:
@@ -91,6 +146,10 @@ class TrainerCollectives:
     def all_reduce_(self, flat: torch.Tensor) -> None:
         """Sum `flat` over the group, in place, on `flat`'s device."""
         if self.path is CollectivePath.NONE:
+            return
+        exchange = self._ipc(flat.device)
+        if exchange is not None:
+            exchange.all_reduce_(flat)
             return
         if self.path is CollectivePath.HOST and flat.device.type != "cpu":
             host = flat.to("cpu")
@@ -103,6 +162,10 @@ class TrainerCollectives:
         """Fill `padded` (num_ranks equal chunks) from every rank's own chunk, in place; this
         rank's chunk must already hold its data."""
         if self.path is CollectivePath.NONE:
+            return
+        exchange = self._ipc(padded.device)
+        if exchange is not None:
+            exchange.all_gather_(padded, rank=rank)
             return
         size = padded.numel() // dist.get_world_size(self.group)
         mine = padded[rank * size : (rank + 1) * size]

@@ -6,7 +6,8 @@ One step: gradients of this rank's share of the batch (length-bucketed micro-bat
 `microbatch.py`) accumulated in fp32 into one flat buffer on the device, an all-reduce of that
 buffer over the trainer group, the AdamW update (fused on CUDA) of the own slice on the device,
 and an all-gather of the updated slices back into the model's parameters. Nothing of the step
-goes through host memory unless trainers share one GPU (`collectives.py` picks the path); the
+goes through host memory unless some, not all, trainers share a GPU (`collectives.py` picks
+the path: trainers that all share one GPU reduce through CUDA IPC buffers); the
 step's few figures (loss, gradient norm, log-prob gap) are read once, at its end. A resize
 re-cuts the slices (see `strategies/`), so state really moves between ranks when the number of
 trainers changes; that is the only time master slices and moments visit the host.
@@ -124,7 +125,13 @@ class TrainerRole:
             keys = ["cpu"] * layout.num_ranks
             path = choose_path(keys, device_type="cpu")
         self.group, self.rank, self.layout = group, rank, layout
-        self.collectives = TrainerCollectives(path, group)
+        self.collectives.close()
+        self.collectives = TrainerCollectives(
+            path,
+            group,
+            rank=rank,
+            staging_numel=layout.padded_shard_numel * layout.num_ranks,
+        )
         self.sharing_trainers = sharing_trainers
         self._flat = None
 

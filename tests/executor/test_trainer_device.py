@@ -170,12 +170,15 @@ def test_the_collective_path_follows_where_the_trainers_are() -> None:
     one = choose_path(["gpu-a"], device_type="cuda")
     assert one.path is CollectivePath.NONE and one.backend is None
     shared = choose_path(["gpu-a", "gpu-a"], device_type="cuda")
-    assert (shared.path, shared.backend) == (CollectivePath.HOST, "gloo")
+    assert (shared.path, shared.backend) == (CollectivePath.IPC, "gloo")
+    some_shared = choose_path(["gpu-a", "gpu-a", "gpu-b"], device_type="cuda")
+    assert (some_shared.path, some_shared.backend) == (CollectivePath.HOST, "gloo")
     distinct = choose_path(["gpu-a", "gpu-b"], device_type="cuda")
     assert (distinct.path, distinct.backend) == (CollectivePath.DEVICE, "nccl")
     cpu = choose_path(["cpu", "cpu", "cpu"], device_type="cpu")
     assert (cpu.path, cpu.backend) == (CollectivePath.DEVICE, "gloo")
-    assert "host/gloo" in collective_note(device_type="cuda", num_workers=4, num_gpus=1)
+    assert "ipc/gloo" in collective_note(device_type="cuda", num_workers=4, num_gpus=1)
+    assert "host/gloo" in collective_note(device_type="cuda", num_workers=4, num_gpus=2)
     assert "device/nccl" in collective_note(device_type="cuda", num_workers=4, num_gpus=4)
 
 

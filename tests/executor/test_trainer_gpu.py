@@ -1,6 +1,8 @@
 """The device trainer on CUDA (skipped without it): one trainer's step copies nothing to host
-memory (the CUDA profiler's memcpy events are counted), and a resize between one trainer and two
-trainers sharing the GPU keeps the semantics bound of the resize tests.
+memory (the CUDA profiler's memcpy events are counted), a resize between one trainer and two
+trainers sharing the GPU keeps the semantics bound of the resize tests, and trainers that share
+the GPU reduce through CUDA IPC to bitwise the same sum on every rank (the rank-order sum), with
+the same update as the host path's.
 
 The model is a small Qwen2 shape with Qwen2's 151,936-token vocabulary, so the chunked output
 head runs as it does at full size. Time on an H200: about a minute (two spawned ranks).
@@ -14,7 +16,14 @@ import torch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
+from dynaresize.executor.testing.exchange_ranks import (
+    ExchangeJob,
+    chunk_numel,
+    rank_vector,
+    run_exchange,
+)
 from dynaresize.executor.testing.trainer_ranks import GroupJob, run_group, single_trainer
+from dynaresize.executor.worker.collectives import CollectivePath
 from dynaresize.executor.worker.trainer import TrainerRole
 from tests.host_reference_trainer import HostReferenceTrainer
 from tests.trainer_samples import synthetic_batch
@@ -126,9 +135,48 @@ def test_a_resize_between_one_and_two_trainers_on_one_gpu_keeps_the_bound() -> N
 
     unresized = run_group(job(BATCHES), 1)
     first = run_group(job(BATCHES[:1]), 1)
-    # two ranks on one GPU: the host path over gloo, moments through the deferred reload
+    # two ranks on one GPU: the ipc path, moments through the deferred reload
     middle = run_group(job(BATCHES[1:2], start=first.state, start_step=1), 2)
     last = run_group(job(BATCHES[2:], start=middle.state, start_step=2), 1)
     assert last.optimizer_step == unresized.optimizer_step == len(BATCHES)
     for key in ("master", "exp_avg", "exp_avg_sq"):
         assert _relative_error(last.state[key], unresized.state[key]) < BOUND, key
+
+
+@pytest.mark.parametrize("num_ranks", [2, 3])
+def test_trainers_on_one_gpu_reduce_through_ipc_to_the_rank_order_sum(num_ranks) -> None:
+    numel = 1_000_003  # not a multiple of the ranks: the gather's padding is exercised
+    ranks = run_exchange(ExchangeJob(numel=numel, repeats=2), num_ranks)
+    assert [r.path for r in ranks] == ["ipc"] * num_ranks
+    expected = rank_vector(0, numel)
+    for peer in range(1, num_ranks):
+        expected = expected + rank_vector(peer, numel)  # the ipc path's order: rank 0, 1, ...
+    size = chunk_numel(numel, num_ranks)
+    gathered = torch.arange(1, num_ranks + 1, dtype=torch.float32).repeat_interleave(size)
+    for rank in ranks:
+        assert rank.ipc_reduced is not None and rank.host_reduced is not None
+        assert torch.equal(rank.ipc_reduced, expected), rank.rank
+        assert _relative_error(rank.host_reduced, expected) < 1e-6
+        assert torch.equal(rank.ipc_gathered, gathered), rank.rank
+        assert len(rank.seconds["ipc_all_reduce"]) == 2
+
+
+@pytest.mark.parametrize("num_ranks", [2, 3])
+def test_the_ipc_path_trains_as_the_host_path_does(num_ranks) -> None:
+    def job(path: CollectivePath | None) -> GroupJob:
+        return GroupJob(
+            model=_spec("float32"),
+            settings=LIVE.optimizer,
+            objective=LIVE.objective,
+            batches=BATCHES,
+            micro_batch_samples=LIVE.micro_batch_samples,
+            device="cuda",
+            path=path,
+        )
+
+    ipc = run_group(job(None), num_ranks)  # the trainer's own choice on one GPU: ipc
+    host = run_group(job(CollectivePath.HOST), num_ranks)
+    assert ipc.optimizer_step == host.optimizer_step == len(BATCHES)
+    for key in ("master", "exp_avg", "exp_avg_sq"):
+        assert _relative_error(ipc.state[key], host.state[key]) < BOUND, key
+    assert _relative_error(ipc.weights, host.weights) < BOUND
