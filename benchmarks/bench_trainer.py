@@ -169,7 +169,7 @@ def run_case(case: dict[str, Any], *, device: str, steps: int, checkpointing: bo
         "step_s_all": times,
         "tokens_per_s": tokens / step_s,
         "mfu": flops_per_token * tokens / step_s / H200_DENSE_BF16_FLOPS,
-        "micro_batches": len(trainer.micro_batches(samples)),
+        "micro_batches": len(trainer.micro_batch_plan(samples).batches),
         "activation_checkpointing": checkpointing,
     }
     if dev.type == "cuda":

@@ -54,6 +54,15 @@ class TrainReport:
     """Where the step's time went on this trainer, and the memory it found: its trace record."""
 
 
+@dataclass(frozen=True)
+class MicroBatchPlan:
+    """One step's micro-batches and the token budget they were cut to (None: rows only);
+    the step's record reports both."""
+
+    batches: list[list[RolloutSample]]
+    token_budget: int | None
+
+
 class TrainerRole:
     """One trainer rank. Built on the worker's model; dropped when the worker changes role."""
 
@@ -97,9 +106,6 @@ class TrainerRole:
         self._flat: torch.Tensor | None = None
         """fp32 buffer of num_ranks x padded slice elements on the device: the gradient while
         the step accumulates and reduces, then the gathered master weights."""
-        self._last_token_budget: int | None = None
-        self._last_micro_batches = 0
-        """The last step's token budget and micro-batch count (its record's)."""
 
     # --- state ---------------------------------------------------------------------------
 
@@ -223,7 +229,8 @@ class TrainerRole:
         deferred = self.deferred_moments
         installed_before = deferred is None or deferred.installed
         clock = PartClock(self.device)
-        figures = self.step(samples, num_batch_tokens=num_batch_tokens, clock=clock)
+        plan = self.micro_batch_plan(samples)
+        figures = self.step(samples, num_batch_tokens=num_batch_tokens, clock=clock, plan=plan)
         loss_sum, gap_sum, gap_tokens, grad_norm = figures.tolist()  # the step's one read
         train_s = time.perf_counter() - start
         seconds = clock.seconds()
@@ -246,8 +253,8 @@ class TrainerRole:
             optimizer_s=seconds["optimizer"],
             all_gather_s=seconds["all_gather"],
             moments_wait_s=moments_wait_s,
-            micro_batches=self._last_micro_batches,
-            token_budget=self._last_token_budget,
+            micro_batches=len(plan.batches),
+            token_budget=plan.token_budget,
             device_free_bytes=free,
             device_allocs=allocs,
             alloc_retries=retries,
@@ -272,11 +279,13 @@ class TrainerRole:
         *,
         num_batch_tokens: int,
         clock: PartClock | None = None,
+        plan: MicroBatchPlan | None = None,
     ) -> torch.Tensor:
         """The step without reading anything back: returns the device tensor [loss sum, gap
         sum, gap tokens, gradient norm]. Moves nothing to host memory on the none and device
         paths (a CUDA test counts the copies). `clock` marks the end of each part (compute,
-        all_reduce, optimizer, all_gather) without synchronising."""
+        all_reduce, optimizer, all_gather) without synchronising. `plan`: the micro-batches
+        (default: `micro_batch_plan(samples)`)."""
         mark = clock.mark if clock is not None else (lambda name: None)
         master, optimizer = self.master_and_optimizer()
         flat = self._flat_buffer()
@@ -286,7 +295,9 @@ class TrainerRole:
         stats = torch.zeros(NUM_STATS + 1, dtype=torch.float32, device=self.device)
         self.model.train()
         self.model.zero_grad(set_to_none=True)
-        for micro in self.micro_batches(samples):
+        if plan is None:
+            plan = self.micro_batch_plan(samples)
+        for micro in plan.batches:
             batch = pack(micro, device=self.device, pad_token_id=TOKENIZER.pad_token_id)
             microbatch_backward(
                 self.model,
@@ -316,7 +327,7 @@ class TrainerRole:
         self.model.eval()
         return stats
 
-    def micro_batches(self, samples: list[RolloutSample]) -> list[list[RolloutSample]]:
+    def micro_batch_plan(self, samples: list[RolloutSample]) -> MicroBatchPlan:
         """This step's micro-batches: length buckets within the token budget (configured, or
         from the memory check on CUDA), at most `micro_batch_samples` rows where no token
         budget applies."""
@@ -332,8 +343,9 @@ class TrainerRole:
         buckets = length_buckets(
             [s.num_tokens for s in samples], max_tokens=budget, max_rows=max_rows
         )
-        self._last_token_budget, self._last_micro_batches = budget, len(buckets)
-        return [[samples[i] for i in bucket] for bucket in buckets]
+        return MicroBatchPlan(
+            batches=[[samples[i] for i in bucket] for bucket in buckets], token_budget=budget
+        )
 
     def refresh_model(self) -> None:
         """All-gather the master slices into the model's parameters (trainer-group collective)."""
