@@ -93,7 +93,7 @@ if has weight-paths; then
 fi
 
 if has collectives; then
-    step trainer_tests 200 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly \
+    step trainer_tests 240 "$OUT/tests.log" $PY -m pytest -q -rA -p no:randomly \
         -p no:cacheprovider tests/executor/test_trainer_gpu.py
     step collectives_bench 240 "$OUT/bench.log" $PY benchmarks/bench_trainer_collectives.py \
         --out-dir "$OUT"
