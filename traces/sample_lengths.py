@@ -7,6 +7,12 @@ file a block of rows at a time, checks every column of the block (a block found 
 an integer column by its least and greatest values, a float column by numpy; any other goes
 through `validate_frame`, which names the row and field exactly as a whole read would) and keeps
 the two lengths and the run of samples of each step.
+
+With `stream`, a file found clean, in order and holding only samples of the trace's steps is
+not held at all: the read checks it and keeps the run of samples of each step, and the lengths
+stay in the file, read again a block at a time when needed (`traces.workload_stream`). Any other
+file (out of order, rows dropped by lenient reading, samples of unknown steps) is read into its
+lengths as above.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from .errors import TraceError
 from .schema import SCHEMA_VERSION, SampleRecord
 from .validation import SkippedRow, validate_frame
 from .workload import Workload
+from .workload_stream import WorkloadStream
 
 __all__ = ["SAMPLE_BLOCK_ROWS", "OrphanSamples", "SampleLengths", "read_sample_lengths"]
 
@@ -56,6 +63,17 @@ class SampleLengths:
             return None
         offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         return Workload(self.prompt_tokens, self.response_tokens, offsets, name=name)
+
+    def held(self) -> SampleLengths:
+        """These lengths (already held; `StreamedSamples.held` reads a file's)."""
+        return self
+
+    @classmethod
+    def of_stream(cls, stream: WorkloadStream, step_ids: np.ndarray) -> SampleLengths:
+        """A stream's lengths held, its k-th step being the trace's step `step_ids[k]`."""
+        held = stream.held()
+        counts = np.diff(stream.step_offsets).astype(np.int64)
+        return cls(step_ids, counts, held.prompt_tokens, held.response_tokens)
 
     def frame(self) -> pd.DataFrame:
         """The samples as a table of step, rank within the step (as `sample_index`, which
@@ -197,15 +215,23 @@ def read_sample_lengths(
     step_ids: np.ndarray,
     lenient: bool,
     skipped: list[SkippedRow],
-) -> tuple[SampleLengths, OrphanSamples]:
+    stream: bool = False,
+) -> tuple[SampleLengths | StreamedSamples, OrphanSamples]:
     """The samples file's lengths (see the module doc); samples of steps not in `step_ids`
-    are left out and described in the second value, for the caller to refuse or note."""
+    are left out and described in the second value, for the caller to refuse or note. With
+    `stream`, a clean file in order comes back as `StreamedSamples`, its lengths left in it."""
     source = str(path)
     try:
         parquet = pq.ParquetFile(path)
         check_plain_types(parquet.schema_arrow, path)
         specs = column_specs(SampleRecord)
         _check_columns(parquet.schema_arrow.names, specs, source, parquet.metadata.num_rows)
+        if stream:
+            runs = _stream_runs(parquet, specs, step_ids=step_ids, source=source, lenient=lenient)
+            if runs is not None:
+                ids, counts = runs
+                streamed = StreamedSamples(ids, WorkloadStream.of_counts(path, counts))
+                return streamed, OrphanSamples()
         found: list[SkippedRow] = []
         read = _read_blocks(
             parquet, specs, step_ids=step_ids, source=source, lenient=lenient, skipped=found
@@ -294,6 +320,60 @@ def _read_blocks(
         ids, counts = _merge_runs(ids, counts)
         return SampleLengths(ids, counts, prompt, response), orphans
     return _sorted_lengths(order_keys, prompt, response), orphans
+
+
+@dataclass(frozen=True)
+class StreamedSamples:
+    """A samples file left on disk: `stream`'s k-th step is the trace's step `step_ids[k]`."""
+
+    step_ids: np.ndarray
+    stream: WorkloadStream
+
+    @property
+    def num_samples(self) -> int:
+        return self.stream.num_samples
+
+    def held(self) -> SampleLengths:
+        """The lengths read whole (for what needs every sample at once)."""
+        return SampleLengths.of_stream(self.stream, self.step_ids)
+
+
+def _stream_runs(
+    parquet: pq.ParquetFile,
+    specs: tuple[ColumnSpec, ...],
+    *,
+    step_ids: np.ndarray,
+    source: str,
+    lenient: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Check every block of the file (raising, when strict, at the first bad value as the held
+    read does) and keep the run of samples of each step: (steps, counts). None when the file
+    cannot be streamed as it is: a block out of (step, sample_index) order, a row lenient
+    reading drops, a sample of a step not in `step_ids` (the held read then handles it)."""
+    run_ids: list[np.ndarray] = []
+    run_counts: list[np.ndarray] = []
+    last: tuple[int, int] | None = None
+    first_row = 0
+    dropped: list[SkippedRow] = []
+    for batch in parquet.iter_batches(batch_size=SAMPLE_BLOCK_ROWS):
+        block = pa.Table.from_batches([batch])
+        _, step, (_, index, _, _) = _kept_columns(
+            block, specs, first_row=first_row, source=source, lenient=lenient, skipped=dropped
+        )
+        first_row += block.num_rows
+        if dropped or len(step) < block.num_rows or not np.isin(step, step_ids).all():
+            return None
+        if not len(step):
+            continue
+        if not _in_order(step, index, last):
+            return None
+        last = (int(step[-1]), int(index[-1]))
+        ids, counts = _runs(step)
+        run_ids.append(ids)
+        run_counts.append(counts)
+    ids = np.concatenate(run_ids) if run_ids else np.zeros(0, np.int64)
+    counts = np.concatenate(run_counts) if run_counts else np.zeros(0, np.int64)
+    return _merge_runs(ids, counts)
 
 
 def _note_orphans(

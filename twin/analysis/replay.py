@@ -32,6 +32,7 @@ from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
 
 from ..analysis_context import AnalysisContext, context_from_config
+from ..block_costs import holds_samples
 from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
@@ -40,7 +41,7 @@ from ..mechanisms import compare_mechanisms
 from ..optimal import Regret, optimum_of_context, optimum_schedule_table
 from ..run_facts import RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
-from ..trace_source import open_trace, trace_notes
+from ..trace_source import check_replayable, open_trace, trace_notes
 from .colocated import (
     colocated_prediction,
     fastest_start,
@@ -129,12 +130,15 @@ def replay_trace(
             f"the trace ran on {', '.join(missing)}, not among the candidate splits "
             f"({', '.join(sorted(candidates))}): add them to cluster.candidate_allocations"
         )
-    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
+    scenario = context.scenario_for_steps(len(steps))
+    held_for = _held_for(scenario, mechanisms=mechanisms)
+    if held_for:
+        check_replayable(trace, held=True, why=f": {held_for} needs every sample at once")
+    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace, streamed=not held_for)
     notes += inputs.inferred
     workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
     if fit is not None:
         notes += fit.notes
-    scenario = context.scenario_for_steps(len(steps))
     cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
     scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
     sim_context = build_context(scenario, workload=workload, costs=costs)
@@ -258,6 +262,16 @@ def replay_trace(
         f"by {result.step_time_mape:.1%} on average",
     )
     return result
+
+
+def _held_for(scenario: ScenarioConfig, *, mechanisms: bool) -> str:
+    """What of this replay reads every sample's lengths at once ("" if nothing does: the
+    trace's samples are then read a block of steps at a time where they can be)."""
+    if mechanisms:
+        return "--mechanisms (lending goes sample by sample)"
+    if holds_samples(scenario):
+        return "a pipeline that lends or keeps partial rollouts (it goes sample by sample)"
+    return ""
 
 
 def is_colocated(trace: Trace) -> bool:
