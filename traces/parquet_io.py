@@ -270,6 +270,9 @@ def read_parquet_dir(directory: Path, *, lenient: bool, samples_as_lengths: bool
         read_notes += orphan_notes
     if read_notes:
         meta = meta.model_copy(update={"notes": [*meta.notes, *read_notes]})
+    # The tables are numpy and Python objects now; Arrow's allocator would otherwise keep the
+    # pages of their Arrow buffers (hundreds of MB at a million steps) for later reads.
+    pa.default_memory_pool().release_unused()
     return Trace(meta=meta, skipped=skipped, sample_lengths=lengths, **frames)
 
 

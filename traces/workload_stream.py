@@ -32,6 +32,10 @@ STREAM_BLOCK_SAMPLES = 1 << 22
 """Samples of a stream read at a time (whole steps, at least one): 4M samples, 64 MB of
 lengths."""
 
+BATCH_ROWS = 1 << 20
+"""Rows decoded at a time (a row group as the project writes them); blocks are joined from
+them."""
+
 _LENGTHS = ("prompt_tokens", "response_tokens")
 
 
@@ -59,14 +63,17 @@ class WorkloadStream:
     def num_samples(self) -> int:
         return int(self.step_offsets[-1])
 
-    def blocks(self, block_samples: int = STREAM_BLOCK_SAMPLES) -> Iterator[tuple[int, Workload]]:
+    def blocks(self, block_samples: int | None = None) -> Iterator[tuple[int, Workload]]:
         """(first step, its block's workload) for blocks of whole steps of at most
-        `block_samples` samples (one step where a step holds more), read in file order."""
+        `block_samples` samples (default `STREAM_BLOCK_SAMPLES`; one step where a step holds
+        more), read in file order."""
+        if block_samples is None:
+            block_samples = STREAM_BLOCK_SAMPLES
         if block_samples < 1:
             raise ValueError("block_samples must be at least 1")
         offsets = self.step_offsets
+        batches = self._batches(block_samples)
         try:
-            batches = self._batches(block_samples)
             pending: list[np.ndarray] = []
             have, first = 0, 0
             while first < self.num_steps:
@@ -93,6 +100,12 @@ class WorkloadStream:
                 first = last
         except (pa.ArrowException, OSError) as err:
             raise unreadable(self.path, err) from None
+        finally:
+            # The reader let go first, then the pages Arrow's allocator would keep of what it
+            # read for later reads (hundreds of MB over a long file; the stream is read a few
+            # times, far apart).
+            batches.close()
+            pa.default_memory_pool().release_unused()
 
     def _batches(self, block_samples: int) -> Iterator[np.ndarray]:
         """The file's two lengths, (2, rows) int64 a batch of rows at a time."""
@@ -103,7 +116,10 @@ class WorkloadStream:
                 "read with: the file changed while it was in use",
                 source=str(self.path),
             )
-        for batch in parquet.iter_batches(batch_size=block_samples, columns=list(_LENGTHS)):
+        rows = min(block_samples, BATCH_ROWS)
+        for batch in parquet.iter_batches(
+            batch_size=rows, columns=list(_LENGTHS), use_threads=False
+        ):
             yield np.stack(
                 [batch.column(name).to_numpy().astype(np.int64, copy=False) for name in _LENGTHS]
             )
@@ -120,7 +136,7 @@ class WorkloadStream:
 
 
 def workload_blocks(
-    workload: Workload | WorkloadStream, block_samples: int = STREAM_BLOCK_SAMPLES
+    workload: Workload | WorkloadStream, block_samples: int | None = None
 ) -> Iterator[tuple[int, Workload]]:
     """A stream's blocks, or a held workload as one block (0, workload)."""
     if isinstance(workload, WorkloadStream):
