@@ -97,6 +97,7 @@ class PipelineCore:
         self.can_lend = False
         """Whether observations offer lending (a pipeline that lends sets it)."""
         self.records = PipelineRecords()
+        self.phase_rows = run.phase_rows
         self.num_steps = costs.num_steps
         # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
         # turns them into the step table's columns in one pass.
@@ -258,7 +259,9 @@ class PipelineCore:
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
         self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
-        self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
+        self.records.resizes = self.resize_log.columns(
+            RESIZE_FIELDS, first_only=not self.phase_rows
+        )
         return self.records
 
     def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:

@@ -68,16 +68,17 @@ class ResizeLog:
         self.drained.append(drain_s is not None)
         self.offset_s.append(start_s if drain_s is None else start_s + drain_s)
 
-    def columns(self, names: Sequence[str]) -> dict[str, Any]:
+    def columns(self, names: Sequence[str], *, first_only: bool = False) -> dict[str, Any]:
         """Every phase row of every resize as the columns `names` (no columns when there were
         no resizes), in the order the rows happened: numbers as numpy arrays, text as pandas
-        text columns (`coded_text`)."""
+        text columns (`coded_text`). `first_only`: the first row of each resize alone (its
+        drain, or its plan's first phase), with the values the whole table gives it."""
         if not self.steps:
             return {}
         plan = np.asarray(self.plans, dtype=np.int64)
         drained = np.asarray(self.drained, dtype=bool)
         sizes = np.array([len(rows) for rows in self.plan_rows], dtype=np.int64)
-        counts = sizes[plan] + drained
+        counts = np.ones_like(plan) if first_only else sizes[plan] + drained
         resize = np.repeat(np.arange(len(plan), dtype=np.int64), counts)
         position = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
             np.cumsum(counts) - counts, counts

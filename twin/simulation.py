@@ -299,6 +299,7 @@ def simulate(
     seed: int | None = None,
     context: SimContext | None = None,
     clairvoyant_lending: bool = False,
+    phase_rows: bool = True,
 ) -> SimResult:
     """Run one policy over the scenario and return its records and summary.
 
@@ -307,7 +308,8 @@ def simulate(
     reuse one workload's stage times across policies; `workload`, `costs` and `seed` are then
     ignored. `clairvoyant_lending` (with `pipeline.lending`) lends at every wait as knowing
     every sample's length says lets training start earliest, whatever the policy says: the
-    offline bound of lending.
+    offline bound of lending. `phase_rows` False keeps one row per resize in `resizes` (its
+    first phase: what the summary reads), not one per phase.
     """
     ctx = context or build_context(config, workload=workload, costs=costs, seed=seed)
     if isinstance(policy_config_or_object, (PolicyConfigBase, dict)):
@@ -317,7 +319,14 @@ def simulate(
         policy.reset()
     name = _policy_name(policy)
     with full_collections_held():
-        return _simulate(config, policy, name, ctx, clairvoyant_lending=clairvoyant_lending)
+        return _simulate(
+            config,
+            policy,
+            name,
+            ctx,
+            clairvoyant_lending=clairvoyant_lending,
+            phase_rows=phase_rows,
+        )
 
 
 def _simulate(
@@ -327,6 +336,7 @@ def _simulate(
     ctx: SimContext,
     *,
     clairvoyant_lending: bool,
+    phase_rows: bool = True,
 ) -> SimResult:
     records = run_pipeline(
         PipelineRun(
@@ -341,6 +351,7 @@ def _simulate(
             cost_source=ctx.costs.cost_source,
             measured_costs_window=config.simulation.measured_resize_costs_window,
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
+            phase_rows=phase_rows,
         )
     )
     # Each table, once built, lets go of the records it was built from: at a million steps

@@ -167,11 +167,17 @@ def replay_trace(
         predicted_total_s = float(column.sum())
         predicted_row_resizes, predicted_row_thrash = 0, 0
     else:
-        run = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
+        run = simulate(
+            scenario,
+            {"kind": "scheduled", "schedule": schedule},
+            context=sim_context,
+            phase_rows=False,
+        )
         predicted_steps = run.steps
         predicted_total_s = run.summary.total_s  # resize stalls included
         predicted_row_resizes = run.summary.num_resizes
         predicted_row_thrash = run.summary.thrash_count
+        del run  # its decisions and resizes: no output reads them
     if policies is None:
         policies = list(scenario.policies) if context.from_config else []
         if not policies and _recorded_controller(trace) == VERL_SEPARATE_ASYNC:
@@ -184,9 +190,13 @@ def replay_trace(
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
     configs = as_policy_configs(policies)
+    # Every phase of the first policy's resizes (its Chrome trace shows them); one row per
+    # resize of the others, which is what their rows of the table read: a policy that resizes
+    # at nearly every step of a million would otherwise hold eight million phase rows.
+    names = run_names([c.kind for c in configs])
     results: dict[str, SimResult] = {
-        name: simulate(scenario, config, context=sim_context)
-        for name, config in zip(run_names([c.kind for c in configs]), configs, strict=True)
+        name: simulate(scenario, config, context=sim_context, phase_rows=k == 0)
+        for k, (name, config) in enumerate(zip(names, configs, strict=True))
     }
 
     optimum = optimum_of_context(sim_context)
