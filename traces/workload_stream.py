@@ -9,7 +9,8 @@ needs the lengths: a `WorkloadStream` is that file once it has been found clean,
 (`traces.sample_lengths.read_sample_lengths` checks it, a block at a time too).
 
 `workload_blocks` gives a held `Workload` or a stream as the same blocks of
-(first step, block), so a caller need not know which it has.
+(first step, block), so a caller need not know which it has. pyarrow is imported where a stream
+is read: the twin's simulations, which take either kind, load neither it nor pandas.
 """
 
 from __future__ import annotations
@@ -19,10 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from .arrow_frame import unreadable
 from .errors import TraceError
 from .workload import Workload
 
@@ -71,6 +69,10 @@ class WorkloadStream:
             block_samples = STREAM_BLOCK_SAMPLES
         if block_samples < 1:
             raise ValueError("block_samples must be at least 1")
+        import pyarrow as pa
+
+        from .arrow_frame import unreadable
+
         offsets = self.step_offsets
         batches = self._batches(block_samples)
         try:
@@ -109,6 +111,8 @@ class WorkloadStream:
 
     def _batches(self, block_samples: int) -> Iterator[np.ndarray]:
         """The file's two lengths, (2, rows) int64 a batch of rows at a time."""
+        import pyarrow.parquet as pq
+
         parquet = pq.ParquetFile(self.path)
         if parquet.metadata.num_rows != self.num_samples:
             raise TraceError(
