@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -29,64 +28,23 @@ import pyarrow.parquet as pq
 from .arrow_frame import arrow_frame, check_plain_types, unreadable
 from .column_specs import ColumnKind, ColumnSpec, column_specs, upper_bound
 from .errors import TraceError
+from .kept_lengths import SampleLengths, StreamedSamples
 from .schema import SCHEMA_VERSION, SampleRecord
 from .validation import SkippedRow, validate_frame
-from .workload import Workload
 from .workload_stream import WorkloadStream
 
-__all__ = ["SAMPLE_BLOCK_ROWS", "OrphanSamples", "SampleLengths", "read_sample_lengths"]
+__all__ = [
+    "SAMPLE_BLOCK_ROWS",
+    "OrphanSamples",
+    "SampleLengths",
+    "StreamedSamples",
+    "read_sample_lengths",
+]
 
 SAMPLE_BLOCK_ROWS = 1 << 20
 """Rows of the samples file read and checked at a time."""
 
 _KEPT = ("step", "sample_index", "prompt_tokens", "response_tokens")
-
-
-@dataclass(frozen=True)
-class SampleLengths:
-    """Every kept sample's lengths in (step, sample_index) order, and the steps they belong to:
-    `step_ids[k]` owns `counts[k]` consecutive samples."""
-
-    step_ids: np.ndarray
-    counts: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.prompt_tokens)
-
-    def workload_for(self, steps: np.ndarray, *, name: str) -> Workload | None:
-        """The workload of `steps` when every one of them has samples and no sample belongs to
-        another step; None otherwise (the caller infers what is missing)."""
-        if not np.array_equal(self.step_ids, steps):
-            return None
-        offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
-        return Workload(self.prompt_tokens, self.response_tokens, offsets, name=name)
-
-    def held(self) -> SampleLengths:
-        """These lengths (already held; `StreamedSamples.held` reads a file's)."""
-        return self
-
-    @classmethod
-    def of_stream(cls, stream: WorkloadStream, step_ids: np.ndarray) -> SampleLengths:
-        """A stream's lengths held, its k-th step being the trace's step `step_ids[k]`."""
-        held = stream.held()
-        counts = np.diff(stream.step_offsets).astype(np.int64)
-        return cls(step_ids, counts, held.prompt_tokens, held.response_tokens)
-
-    def frame(self) -> pd.DataFrame:
-        """The samples as a table of step, rank within the step (as `sample_index`, which
-        keeps their order) and lengths, for the inference of steps without samples."""
-        starts = np.repeat(np.cumsum(self.counts) - self.counts, self.counts)
-        return pd.DataFrame(
-            {
-                "step": np.repeat(self.step_ids, self.counts),
-                "sample_index": np.arange(self.num_samples, dtype=np.int64) - starts,
-                "prompt_tokens": self.prompt_tokens,
-                "response_tokens": self.response_tokens,
-            }
-        )
 
 
 @dataclass
@@ -320,22 +278,6 @@ def _read_blocks(
         ids, counts = _merge_runs(ids, counts)
         return SampleLengths(ids, counts, prompt, response), orphans
     return _sorted_lengths(order_keys, prompt, response), orphans
-
-
-@dataclass(frozen=True)
-class StreamedSamples:
-    """A samples file left on disk: `stream`'s k-th step is the trace's step `step_ids[k]`."""
-
-    step_ids: np.ndarray
-    stream: WorkloadStream
-
-    @property
-    def num_samples(self) -> int:
-        return self.stream.num_samples
-
-    def held(self) -> SampleLengths:
-        """The lengths read whole (for what needs every sample at once)."""
-        return SampleLengths.of_stream(self.stream, self.step_ids)
 
 
 def _stream_runs(

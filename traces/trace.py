@@ -29,7 +29,7 @@ from .validation import ColumnKind, SkippedRow, empty_frame, summarize_skipped, 
 from .workload import Workload
 
 if TYPE_CHECKING:
-    from .sample_lengths import SampleLengths, StreamedSamples
+    from .kept_lengths import SampleLengths, StreamedSamples
 from .workload_inference import infer_workload, inference_notes
 
 TABLES: dict[str, type[BaseModel]] = {

@@ -26,7 +26,7 @@ from ..traces.importers import (
     sidecar_path,
 )
 from ..traces.io import Trace
-from ..traces.sample_lengths import StreamedSamples
+from ..traces.kept_lengths import StreamedSamples
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
 from ..traces.workload_inference import workload_samples as workload_samples  # the inverse
