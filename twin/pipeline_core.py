@@ -97,7 +97,6 @@ class PipelineCore:
         self.can_lend = False
         """Whether observations offer lending (a pipeline that lends sets it)."""
         self.records = PipelineRecords()
-        self.phase_rows = run.phase_rows
         self.num_steps = costs.num_steps
         # Per-step values as preallocated Python lists (cheap to write one at a time); `finish`
         # turns them into the step table's columns in one pass.
@@ -157,7 +156,7 @@ class PipelineCore:
         built (None from a split to itself)."""
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
-        self.resize_log = ResizeLog()
+        self.resize_log = ResizeLog(first_only=not run.phase_rows)
         """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------
@@ -259,9 +258,7 @@ class PipelineCore:
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
         self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
-        self.records.resizes = self.resize_log.columns(
-            RESIZE_FIELDS, first_only=not self.phase_rows
-        )
+        self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
     def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
