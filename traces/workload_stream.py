@@ -15,7 +15,7 @@ is read: the twin's simulations, which take either kind, load neither it nor pan
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,7 +109,7 @@ class WorkloadStream:
             batches.close()
             pa.default_memory_pool().release_unused()
 
-    def _batches(self, block_samples: int) -> Iterator[np.ndarray]:
+    def _batches(self, block_samples: int) -> Generator[np.ndarray, None, None]:
         """The file's two lengths, (2, rows) int64 a batch of rows at a time."""
         import pyarrow.parquet as pq
 

@@ -248,7 +248,7 @@ def _build_context(
     )
     return SimContext(
         config=config,
-        held_workload=None if streamed is not None else workload,
+        held_workload=workload if isinstance(workload, Workload) else None,
         costs=costs,
         step_costs=step_costs,
         plans=plans,

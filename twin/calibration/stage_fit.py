@@ -77,12 +77,12 @@ def concat_workloads(
     read whole to be joined."""
     if len(workloads) == 1 and isinstance(workloads[0], WorkloadStream):
         return replace(workloads[0], name=name)
-    workloads = [w.held() if isinstance(w, WorkloadStream) else w for w in workloads]
-    prompts = [w.prompt_tokens for w in workloads]
-    responses = [w.response_tokens for w in workloads]
+    held = [w.held() if isinstance(w, WorkloadStream) else w for w in workloads]
+    prompts = [w.prompt_tokens for w in held]
+    responses = [w.response_tokens for w in held]
     offsets = [np.zeros(1, np.int64)]
     base = 0
-    for w in workloads:
+    for w in held:
         offsets.append(w.step_offsets[1:] + base)
         base += len(w.prompt_tokens)
     return Workload(
@@ -110,7 +110,8 @@ def gather_inputs(
     notes: list[str] = []
     if model is not None:
         traces, workloads = _traces_of_model(traces, workloads, model, notes)
-    frames, per_trace = [], []
+    frames: list[pd.DataFrame] = []
+    per_trace: list[Workload | WorkloadStream] = []
     for i, trace in enumerate(traces):
         if len(trace.steps) == 0:
             raise FitError(f"trace {i + 1} ({trace.meta.source_path or 'in memory'}) has no steps")
