@@ -227,7 +227,8 @@ def _read_parquet_table(path: Path) -> pd.DataFrame:
 
 def read_parquet_dir(directory: Path, *, lenient: bool, samples_as_lengths: bool = False) -> Trace:
     """The trace in `directory`; with `samples_as_lengths`, the samples are read a block at a
-    time into their lengths alone (`Trace.sample_lengths`, see traces/sample_lengths.py)."""
+    time into their lengths alone, or checked and left in the file where it is clean and in
+    order (`Trace.sample_lengths`, see traces/sample_lengths.py)."""
     steps_path = directory / "steps.parquet"
     if not steps_path.exists():
         raise TraceError("not a trace directory: steps.parquet is missing", source=str(directory))
@@ -244,6 +245,7 @@ def read_parquet_dir(directory: Path, *, lenient: bool, samples_as_lengths: bool
                 step_ids=frames["steps"]["step"].to_numpy(np.int64),
                 lenient=lenient,
                 skipped=skipped,
+                stream=True,
             )
             continue
         if not file.exists():
@@ -268,6 +270,9 @@ def read_parquet_dir(directory: Path, *, lenient: bool, samples_as_lengths: bool
         read_notes += orphan_notes
     if read_notes:
         meta = meta.model_copy(update={"notes": [*meta.notes, *read_notes]})
+    # The tables are numpy and Python objects now; Arrow's allocator would otherwise keep the
+    # pages of their Arrow buffers (hundreds of MB at a million steps) for later reads.
+    pa.default_memory_pool().release_unused()
     return Trace(meta=meta, skipped=skipped, sample_lengths=lengths, **frames)
 
 

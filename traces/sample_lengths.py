@@ -7,6 +7,12 @@ file a block of rows at a time, checks every column of the block (a block found 
 an integer column by its least and greatest values, a float column by numpy; any other goes
 through `validate_frame`, which names the row and field exactly as a whole read would) and keeps
 the two lengths and the run of samples of each step.
+
+With `stream`, a file found clean, in order and holding only samples of the trace's steps is
+not held at all: the read checks it and keeps the run of samples of each step, and the lengths
+stay in the file, read again a block at a time when needed (`traces.workload_stream`). Any other
+file (out of order, rows dropped by lenient reading, samples of unknown steps) is read into its
+lengths as above.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -23,52 +28,23 @@ import pyarrow.parquet as pq
 from .arrow_frame import arrow_frame, check_plain_types, unreadable
 from .column_specs import ColumnKind, ColumnSpec, column_specs, upper_bound
 from .errors import TraceError
+from .kept_lengths import SampleLengths, StreamedSamples
 from .schema import SCHEMA_VERSION, SampleRecord
 from .validation import SkippedRow, validate_frame
-from .workload import Workload
+from .workload_stream import WorkloadStream
 
-__all__ = ["SAMPLE_BLOCK_ROWS", "OrphanSamples", "SampleLengths", "read_sample_lengths"]
+__all__ = [
+    "SAMPLE_BLOCK_ROWS",
+    "OrphanSamples",
+    "SampleLengths",
+    "StreamedSamples",
+    "read_sample_lengths",
+]
 
 SAMPLE_BLOCK_ROWS = 1 << 20
 """Rows of the samples file read and checked at a time."""
 
 _KEPT = ("step", "sample_index", "prompt_tokens", "response_tokens")
-
-
-@dataclass(frozen=True)
-class SampleLengths:
-    """Every kept sample's lengths in (step, sample_index) order, and the steps they belong to:
-    `step_ids[k]` owns `counts[k]` consecutive samples."""
-
-    step_ids: np.ndarray
-    counts: np.ndarray
-    prompt_tokens: np.ndarray
-    response_tokens: np.ndarray
-
-    @property
-    def num_samples(self) -> int:
-        return len(self.prompt_tokens)
-
-    def workload_for(self, steps: np.ndarray, *, name: str) -> Workload | None:
-        """The workload of `steps` when every one of them has samples and no sample belongs to
-        another step; None otherwise (the caller infers what is missing)."""
-        if not np.array_equal(self.step_ids, steps):
-            return None
-        offsets = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
-        return Workload(self.prompt_tokens, self.response_tokens, offsets, name=name)
-
-    def frame(self) -> pd.DataFrame:
-        """The samples as a table of step, rank within the step (as `sample_index`, which
-        keeps their order) and lengths, for the inference of steps without samples."""
-        starts = np.repeat(np.cumsum(self.counts) - self.counts, self.counts)
-        return pd.DataFrame(
-            {
-                "step": np.repeat(self.step_ids, self.counts),
-                "sample_index": np.arange(self.num_samples, dtype=np.int64) - starts,
-                "prompt_tokens": self.prompt_tokens,
-                "response_tokens": self.response_tokens,
-            }
-        )
 
 
 @dataclass
@@ -197,15 +173,23 @@ def read_sample_lengths(
     step_ids: np.ndarray,
     lenient: bool,
     skipped: list[SkippedRow],
-) -> tuple[SampleLengths, OrphanSamples]:
+    stream: bool = False,
+) -> tuple[SampleLengths | StreamedSamples, OrphanSamples]:
     """The samples file's lengths (see the module doc); samples of steps not in `step_ids`
-    are left out and described in the second value, for the caller to refuse or note."""
+    are left out and described in the second value, for the caller to refuse or note. With
+    `stream`, a clean file in order comes back as `StreamedSamples`, its lengths left in it."""
     source = str(path)
     try:
         parquet = pq.ParquetFile(path)
         check_plain_types(parquet.schema_arrow, path)
         specs = column_specs(SampleRecord)
         _check_columns(parquet.schema_arrow.names, specs, source, parquet.metadata.num_rows)
+        if stream:
+            runs = _stream_runs(parquet, specs, step_ids=step_ids, source=source, lenient=lenient)
+            if runs is not None:
+                ids, counts = runs
+                streamed = StreamedSamples(ids, WorkloadStream.of_counts(path, counts))
+                return streamed, OrphanSamples()
         found: list[SkippedRow] = []
         read = _read_blocks(
             parquet, specs, step_ids=step_ids, source=source, lenient=lenient, skipped=found
@@ -294,6 +278,44 @@ def _read_blocks(
         ids, counts = _merge_runs(ids, counts)
         return SampleLengths(ids, counts, prompt, response), orphans
     return _sorted_lengths(order_keys, prompt, response), orphans
+
+
+def _stream_runs(
+    parquet: pq.ParquetFile,
+    specs: tuple[ColumnSpec, ...],
+    *,
+    step_ids: np.ndarray,
+    source: str,
+    lenient: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Check every block of the file (raising, when strict, at the first bad value as the held
+    read does) and keep the run of samples of each step: (steps, counts). None when the file
+    cannot be streamed as it is: a block out of (step, sample_index) order, a row lenient
+    reading drops, a sample of a step not in `step_ids` (the held read then handles it)."""
+    run_ids: list[np.ndarray] = []
+    run_counts: list[np.ndarray] = []
+    last: tuple[int, int] | None = None
+    first_row = 0
+    dropped: list[SkippedRow] = []
+    for batch in parquet.iter_batches(batch_size=SAMPLE_BLOCK_ROWS):
+        block = pa.Table.from_batches([batch])
+        _, step, (_, index, _, _) = _kept_columns(
+            block, specs, first_row=first_row, source=source, lenient=lenient, skipped=dropped
+        )
+        first_row += block.num_rows
+        if dropped or len(step) < block.num_rows or not np.isin(step, step_ids).all():
+            return None
+        if not len(step):
+            continue
+        if not _in_order(step, index, last):
+            return None
+        last = (int(step[-1]), int(index[-1]))
+        ids, counts = _runs(step)
+        run_ids.append(ids)
+        run_counts.append(counts)
+    ids = np.concatenate(run_ids) if run_ids else np.zeros(0, np.int64)
+    counts = np.concatenate(run_counts) if run_counts else np.zeros(0, np.int64)
+    return _merge_runs(ids, counts)
 
 
 def _note_orphans(

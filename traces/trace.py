@@ -29,7 +29,7 @@ from .validation import ColumnKind, SkippedRow, empty_frame, summarize_skipped, 
 from .workload import Workload
 
 if TYPE_CHECKING:
-    from .sample_lengths import SampleLengths
+    from .kept_lengths import SampleLengths, StreamedSamples
 from .workload_inference import infer_workload, inference_notes
 
 TABLES: dict[str, type[BaseModel]] = {
@@ -66,9 +66,10 @@ class Trace:
     extras: pd.DataFrame = field(default_factory=lambda: empty_frame(ExtraMetricRecord))
     skipped: list[SkippedRow] = field(default_factory=list)
     """Rows lenient reading dropped (empty after a strict read)."""
-    sample_lengths: SampleLengths | None = None
+    sample_lengths: SampleLengths | StreamedSamples | None = None
     """The samples read straight into their lengths (`read_trace(..., samples_as_lengths=True)`,
-    what a replay reads); `samples` then holds no rows."""
+    what a replay reads), or left in a clean file to be read a block at a time
+    (`StreamedSamples`); `samples` then holds no rows."""
 
     @classmethod
     def from_records(
@@ -115,7 +116,7 @@ class Trace:
     def sample_frame(self) -> pd.DataFrame:
         """The samples as a table: `samples`, or the lengths read without one."""
         if self.sample_lengths is not None:
-            return self.sample_lengths.frame()
+            return self.sample_lengths.held().frame()
         return self.samples
 
     def _name(self) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from dynaresize.traces.produced_ahead import produced_ahead
 from dynaresize.traces.synthetic import BLOCK_SAMPLES, workload_blocks
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream
 
 from ._lazy import LazyModule
 from .config import ScenarioConfig
@@ -162,14 +163,15 @@ BlockSink = Callable[[int, Workload], None]
 def step_costs_by_block(
     config: ScenarioConfig,
     costs: CostModels,
-    held: Workload | None,
+    held: Workload | WorkloadStream | None,
     seed: int,
     *,
     block_sink: BlockSink | None = None,
 ) -> tuple[StepCosts, np.ndarray, pd.DataFrame]:
     """Step costs, tokens and statistics of every step: of the held workload at once, or of the
-    generated one a block of steps at a time, each block's samples let go once its steps are
-    costed (every quantity here is per step, so the blocks' rows are the whole run's rows).
+    generated one or a trace's streamed one a block of steps at a time, each block's samples let
+    go once its steps are costed (every quantity here is per step, so the blocks' rows are the
+    whole run's rows).
     `block_sink` sees every block too (a writer of the samples then needs no second draw)."""
 
     def seen(blocks: Iterable[tuple[int, Workload]]) -> Iterator[tuple[int, Workload]]:
@@ -178,7 +180,14 @@ def step_costs_by_block(
                 block_sink(first, block)
             yield first, block
 
-    if held is not None:
+    if isinstance(held, WorkloadStream):
+        # Reading and decoding a block (pyarrow) lets go of the interpreter too: the next block
+        # is read while this one is costed.
+        parts = [
+            block_costs(config, costs, block, starts_run=first == 0)
+            for first, block in seen(produced_ahead(held.blocks(CONTEXT_BLOCK_SAMPLES)))
+        ]
+    elif held is not None:
         parts = [
             block_costs(config, costs, block, starts_run=first == 0)
             for first, block in seen(held_blocks(held, CONTEXT_BLOCK_SAMPLES))

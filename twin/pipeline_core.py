@@ -156,7 +156,7 @@ class PipelineCore:
         built (None from a split to itself)."""
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
-        self.resize_log = ResizeLog()
+        self.resize_log = ResizeLog(first_only=not run.phase_rows)
         """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------

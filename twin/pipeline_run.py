@@ -55,6 +55,8 @@ class PipelineRun:
     samples: SampleInputs | None = None
     """Per-sample inputs, given exactly when the pipeline lends or keeps partial rollouts
     (twin/sample_pipeline.py); None: whole batches, as the step-cost matrices price them."""
+    phase_rows: bool = True
+    """Record every phase of every resize; False: the first phase of each only."""
 
 
 class Intervals:

@@ -30,7 +30,10 @@ _DRAIN: PhaseRow = (PhaseName.ROLLOUT_DRAIN.value, 0.0, 0.0, True, 0)
 class ResizeLog:
     """Resizes in the order they happen; `columns` gives their phase rows, column by column."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, first_only: bool = False) -> None:
+        self.first_only = first_only
+        """`columns` gives the first phase row of each resize alone (its drain, or its plan's
+        first phase), with the values the whole table gives it."""
         self.plan_of_pair: dict[tuple[int, int], int] = {}
         self.plan_rows: list[Sequence[PhaseRow]] = []
         self.plan_heads: list[tuple[str, str, str]] = []
@@ -71,13 +74,13 @@ class ResizeLog:
     def columns(self, names: Sequence[str]) -> dict[str, Any]:
         """Every phase row of every resize as the columns `names` (no columns when there were
         no resizes), in the order the rows happened: numbers as numpy arrays, text as pandas
-        text columns (`coded_text`)."""
+        text columns (`coded_text`); the first row of each only where `first_only`."""
         if not self.steps:
             return {}
         plan = np.asarray(self.plans, dtype=np.int64)
         drained = np.asarray(self.drained, dtype=bool)
         sizes = np.array([len(rows) for rows in self.plan_rows], dtype=np.int64)
-        counts = sizes[plan] + drained
+        counts = np.ones_like(plan) if self.first_only else sizes[plan] + drained
         resize = np.repeat(np.arange(len(plan), dtype=np.int64), counts)
         position = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(
             np.cumsum(counts) - counts, counts

@@ -18,6 +18,7 @@ from dynaresize.policies.registry import build_policy
 from dynaresize.policies.types import Policy
 from dynaresize.traces.synthetic import generate_workload, workload_blocks
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream
 
 from . import block_costs
 from ._lazy import LazyModule
@@ -79,12 +80,16 @@ class SimContext:
     """What one lend within a step costs (activate, deactivate)."""
     seed: int = 0
     """The seed a generated workload was drawn from."""
+    streamed_workload: WorkloadStream | None = None
+    """A trace's workload left in its samples file, read again a block at a time when asked."""
 
     @property
     def workload(self) -> Workload:
-        """Every sample's lengths: the held ones, or drawn again whole from the seed."""
+        """Every sample's lengths: the held ones, or read or drawn again whole."""
         if self.held_workload is not None:
             return self.held_workload
+        if self.streamed_workload is not None:
+            return self.streamed_workload.held()
         return generate_workload(self.config.workload, self.config.simulation.num_steps, self.seed)
 
     def workload_blocks(self, block_samples: int | None = None) -> Iterator[tuple[int, Workload]]:
@@ -92,6 +97,11 @@ class SimContext:
         `block_samples` samples (default: the context's) where it is not held."""
         if self.held_workload is not None:
             yield 0, self.held_workload
+            return
+        if self.streamed_workload is not None:
+            yield from self.streamed_workload.blocks(
+                block_samples or block_costs.CONTEXT_BLOCK_SAMPLES
+            )
             return
         yield from workload_blocks(
             self.config.workload,
@@ -105,6 +115,8 @@ class SimContext:
         """Samples over every step, held or not."""
         if self.held_workload is not None:
             return len(self.held_workload.response_tokens)
+        if self.streamed_workload is not None:
+            return self.streamed_workload.num_samples
         return self.config.simulation.num_steps * self.config.workload.samples_per_step
 
     @property
@@ -164,7 +176,7 @@ def _require_finite(step_costs: StepCosts) -> None:
 def build_context(
     config: ScenarioConfig,
     *,
-    workload: Workload | None = None,
+    workload: Workload | WorkloadStream | None = None,
     costs: CostModels | None = None,
     seed: int | None = None,
     block_sink: block_costs.BlockSink | None = None,
@@ -201,12 +213,13 @@ def build_context(
 def _build_context(
     config: ScenarioConfig,
     *,
-    workload: Workload | None,
+    workload: Workload | WorkloadStream | None,
     costs: CostModels | None,
     seed: int,
     block_sink: block_costs.BlockSink | None = None,
 ) -> SimContext:
     costs = costs or config.costs
+    streamed = workload if isinstance(workload, WorkloadStream) else None
     if workload is None:
         num_samples = config.simulation.num_steps * config.workload.samples_per_step
         if block_costs.holds_samples(config) or num_samples <= block_costs.CONTEXT_BLOCK_SAMPLES:
@@ -235,7 +248,7 @@ def _build_context(
     )
     return SimContext(
         config=config,
-        held_workload=workload,
+        held_workload=workload if isinstance(workload, Workload) else None,
         costs=costs,
         step_costs=step_costs,
         plans=plans,
@@ -244,6 +257,7 @@ def _build_context(
         baselines=static_baselines(step_costs, tokens),
         lend_plan=lend,
         seed=seed,
+        streamed_workload=streamed,
     )
 
 
@@ -285,6 +299,7 @@ def simulate(
     seed: int | None = None,
     context: SimContext | None = None,
     clairvoyant_lending: bool = False,
+    phase_rows: bool = True,
 ) -> SimResult:
     """Run one policy over the scenario and return its records and summary.
 
@@ -293,7 +308,8 @@ def simulate(
     reuse one workload's stage times across policies; `workload`, `costs` and `seed` are then
     ignored. `clairvoyant_lending` (with `pipeline.lending`) lends at every wait as knowing
     every sample's length says lets training start earliest, whatever the policy says: the
-    offline bound of lending.
+    offline bound of lending. `phase_rows` False keeps one row per resize in `resizes` (its
+    first phase: what the summary reads), not one per phase.
     """
     ctx = context or build_context(config, workload=workload, costs=costs, seed=seed)
     if isinstance(policy_config_or_object, (PolicyConfigBase, dict)):
@@ -303,7 +319,14 @@ def simulate(
         policy.reset()
     name = _policy_name(policy)
     with full_collections_held():
-        return _simulate(config, policy, name, ctx, clairvoyant_lending=clairvoyant_lending)
+        return _simulate(
+            config,
+            policy,
+            name,
+            ctx,
+            clairvoyant_lending=clairvoyant_lending,
+            phase_rows=phase_rows,
+        )
 
 
 def _simulate(
@@ -313,6 +336,7 @@ def _simulate(
     ctx: SimContext,
     *,
     clairvoyant_lending: bool,
+    phase_rows: bool = True,
 ) -> SimResult:
     records = run_pipeline(
         PipelineRun(
@@ -327,6 +351,7 @@ def _simulate(
             cost_source=ctx.costs.cost_source,
             measured_costs_window=config.simulation.measured_resize_costs_window,
             samples=_sample_inputs(config, ctx, clairvoyant_lending=clairvoyant_lending),
+            phase_rows=phase_rows,
         )
     )
     # Each table, once built, lets go of the records it was built from: at a million steps

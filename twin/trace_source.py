@@ -9,6 +9,7 @@ the same inputs and report the same notes about what was inferred.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,11 @@ from ..traces.importers import (
     sidecar_path,
 )
 from ..traces.io import Trace
+from ..traces.kept_lengths import StreamedSamples
 from ..traces.workload import Workload
 from ..traces.workload_inference import infer_workload
 from ..traces.workload_inference import workload_samples as workload_samples  # the inverse
+from ..traces.workload_stream import WorkloadStream
 from .run_facts import RunFacts
 
 
@@ -130,16 +133,21 @@ def trace_notes(trace: Trace) -> list[str]:
 
 
 MAX_WORKLOAD_SAMPLES = 100_000_000
-"""Samples a replayed workload may hold (two int64 lengths each: 1.6 GB at the limit)."""
+"""Samples a replayed workload may hold whole (two int64 lengths each: 1.6 GB at the limit)."""
+MAX_STREAMED_SAMPLES = 1_000_000_000
+"""Samples a replay may read a block at a time from a clean samples file (`WorkloadStream`):
+what it holds of them grows with the steps only (about 16 bytes a step), not the samples."""
 MAX_DURATION_S = 1e9
 """A recorded duration over this (about 32 years) is not a measurement of a training run."""
 _DURATION_FIELDS = ("step_s", "rollout_s", "train_s", "sync_s")
 
 
-def check_replayable(trace: Trace) -> None:
+def check_replayable(trace: Trace, *, held: bool | None = None, why: str = "") -> None:
     """Refuse, in one line naming the step and field, what no analysis can use: durations
     beyond any run (1e308 s overflows every sum and fit) and more samples than memory holds.
-    Checked before anything is allocated for them."""
+    Checked before anything is allocated for them. `held` says whether the samples are to be
+    held whole (default: unless the trace's samples can be streamed, `streams_samples`); `why`
+    says, in the refusal, what needs them whole."""
     steps = trace.steps
     for name in _DURATION_FIELDS:
         values = steps[name].to_numpy(np.float64)
@@ -150,19 +158,44 @@ def check_replayable(trace: Trace) -> None:
                 f"{_where(trace)}step {int(steps['step'].iloc[k])}: {name} {values[k]:g} s is "
                 f"beyond any run (over {MAX_DURATION_S:g} s)"
             )
+    if held is None:
+        held = not streams_samples(trace)
+    limit = MAX_WORKLOAD_SAMPLES if held else MAX_STREAMED_SAMPLES
     total = float(steps["num_samples"].to_numpy(np.float64).sum()) if len(steps) else 0.0
-    if total > MAX_WORKLOAD_SAMPLES:
+    if total > limit:
         k = int(np.argmax(steps["num_samples"].to_numpy(np.int64)))
+        what = "hold" if held else "read"
         raise ConfigError(
             f"{_where(trace)}the steps hold {total:,.0f} samples (step "
             f"{int(steps['step'].iloc[k])}: "
-            f"{int(steps['num_samples'].iloc[k]):,}), more than a replay can hold "
-            f"({MAX_WORKLOAD_SAMPLES:,})"
+            f"{int(steps['num_samples'].iloc[k]):,}), more than a replay can {what} "
+            f"({limit:,}){why}"
         )
+
+
+def streams_samples(trace: Trace) -> bool:
+    """Whether the trace's samples are left in a clean file, one run of rows for each of its
+    steps (in order), so that a replay can read them a block of steps at a time."""
+    lengths = trace.sample_lengths
+    if not isinstance(lengths, StreamedSamples):
+        return False
+    steps = trace.steps["step"].to_numpy(np.int64)
+    return bool(np.array_equal(lengths.step_ids, steps))
 
 
 def _where(trace: Trace) -> str:
     return f"{trace.meta.source_path}: " if trace.meta.source_path else ""
+
+
+def trace_workload_source(trace: Trace) -> tuple[Workload | WorkloadStream, list[str]]:
+    """`trace_workload`, or the trace's samples file as a `WorkloadStream` where every step's
+    samples are there, clean and in order (`streams_samples`): nothing is then inferred and
+    nothing per sample is held."""
+    if streams_samples(trace):
+        check_replayable(trace, held=False)
+        assert isinstance(trace.sample_lengths, StreamedSamples)
+        return replace(trace.sample_lengths.stream, name=_trace_name(trace)), []
+    return trace_workload(trace)
 
 
 def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
@@ -172,9 +205,9 @@ def trace_workload(trace: Trace) -> tuple[Workload, list[str]]:
     workload is assembled column-wise; otherwise the traces package's inference fills the gaps
     and says how.
     """
-    check_replayable(trace)
+    check_replayable(trace, held=True)
     steps = trace.steps["step"].to_numpy(np.int64)
-    lengths = trace.sample_lengths
+    lengths = trace.sample_lengths.held() if trace.sample_lengths is not None else None
     if lengths is not None:
         ordered = len(steps) and np.all(np.diff(steps) > 0)
         held = lengths.workload_for(steps, name=_trace_name(trace)) if ordered else None

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from dynaresize.policies.types import Allocation
+from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream, workload_blocks
 
 from ..costs.rollout import rollout_stage_s_many
 from ..costs.sync import weight_sync_s
@@ -40,21 +42,18 @@ def with_start_fact(assumed: tuple[AssumedFact, ...], start: Allocation) -> tupl
     return with_fact_value(assumed, COLOCATED_START_FACT, value)
 
 
-def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFrame:
+def colocated_prediction(
+    steps: pd.DataFrame, workload: Workload | WorkloadStream, scenario
+) -> pd.DataFrame:
     """The twin's step times of a colocated run: every GPU generates, then every GPU trains,
-    then the weights reach the engines; nothing overlaps (the cost models, no pipeline)."""
+    then the weights reach the engines; nothing overlaps (the cost models, no pipeline). A
+    streamed workload is costed a block of steps at a time (each step's time is its own)."""
     gpus = steps["train_gpus"].to_numpy(np.int64)
     replicas = np.maximum(1, gpus // scenario.cluster.rollout_tensor_parallel_size)
-    tokens = workload.tokens_per_step()
     step_s = np.empty(len(steps))
-    for n in np.unique(gpus):
-        rows = gpus == n
-        r = int(replicas[rows][0])
-        rollout = rollout_stage_s_many(workload, num_replicas=r, params=scenario.costs.rollout)
-        train = train_stage_s(
-            tokens, train_gpus=int(n), model=scenario.model, params=scenario.costs.train
-        )
-        step_s[rows] = (rollout + train)[rows]
+    for first, block in workload_blocks(workload):
+        rows = slice(first, first + block.num_steps)
+        step_s[rows] = _block_step_s(block, gpus[rows], replicas[rows], scenario)
     if len(step_s):
         # The run's first step pays the one-time warm-ups, as in `stage_time_components`.
         costs = scenario.costs
@@ -65,6 +64,23 @@ def colocated_prediction(steps: pd.DataFrame, workload, scenario) -> pd.DataFram
         params=scenario.costs.sync,
     )
     return pd.DataFrame({"step": steps["step"].to_numpy(), "step_s": step_s + sync})
+
+
+def _block_step_s(
+    workload: Workload, gpus: np.ndarray, replicas: np.ndarray, scenario
+) -> np.ndarray:
+    """Generate plus train of each step of one held block, before warm-ups and sync."""
+    tokens = workload.tokens_per_step()
+    step_s = np.empty(len(gpus))
+    for n in np.unique(gpus):
+        rows = gpus == n
+        r = int(replicas[rows][0])
+        rollout = rollout_stage_s_many(workload, num_replicas=r, params=scenario.costs.rollout)
+        train = train_stage_s(
+            tokens, train_gpus=int(n), model=scenario.model, params=scenario.costs.train
+        )
+        step_s[rows] = (rollout + train)[rows]
+    return step_s
 
 
 def modelled_stage_steps(step_costs: StepCosts, start: Allocation) -> pd.DataFrame:

@@ -32,6 +32,7 @@ from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
 
 from ..analysis_context import AnalysisContext, context_from_config
+from ..block_costs import holds_samples
 from ..calibration.resize_measure import step_boundaries
 from ..calibration.trace_costs import trace_model_inputs
 from ..comparison import run_names
@@ -40,7 +41,7 @@ from ..mechanisms import compare_mechanisms
 from ..optimal import Regret, optimum_of_context, optimum_schedule_table
 from ..run_facts import RunFacts, refuse_assumed
 from ..simulation import SimResult, build_context, simulate
-from ..trace_source import open_trace, trace_notes
+from ..trace_source import check_replayable, open_trace, trace_notes
 from .colocated import (
     colocated_prediction,
     fastest_start,
@@ -129,12 +130,15 @@ def replay_trace(
             f"the trace ran on {', '.join(missing)}, not among the candidate splits "
             f"({', '.join(sorted(candidates))}): add them to cluster.candidate_allocations"
         )
-    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
+    scenario = context.scenario_for_steps(len(steps))
+    held_for = _held_for(scenario, mechanisms=mechanisms)
+    if held_for:
+        check_replayable(trace, held=True, why=f": {held_for} needs every sample at once")
+    inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace, streamed=not held_for)
     notes += inputs.inferred
     workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
     if fit is not None:
         notes += fit.notes
-    scenario = context.scenario_for_steps(len(steps))
     cluster = scenario.cluster.model_copy(update={"initial_allocation": first})
     scenario = scenario.model_copy(update={"cluster": cluster, "costs": costs})
     sim_context = build_context(scenario, workload=workload, costs=costs)
@@ -163,11 +167,17 @@ def replay_trace(
         predicted_total_s = float(column.sum())
         predicted_row_resizes, predicted_row_thrash = 0, 0
     else:
-        run = simulate(scenario, {"kind": "scheduled", "schedule": schedule}, context=sim_context)
+        run = simulate(
+            scenario,
+            {"kind": "scheduled", "schedule": schedule},
+            context=sim_context,
+            phase_rows=False,
+        )
         predicted_steps = run.steps
         predicted_total_s = run.summary.total_s  # resize stalls included
         predicted_row_resizes = run.summary.num_resizes
         predicted_row_thrash = run.summary.thrash_count
+        del run  # its decisions and resizes: no output reads them
     if policies is None:
         policies = list(scenario.policies) if context.from_config else []
         if not policies and _recorded_controller(trace) == VERL_SEPARATE_ASYNC:
@@ -180,9 +190,13 @@ def replay_trace(
             policies = [{"kind": "hysteresis"}]
             notes.append("no policy given: replayed the hysteresis policy with its defaults")
     configs = as_policy_configs(policies)
+    # Every phase of the first policy's resizes (its Chrome trace shows them); one row per
+    # resize of the others, which is what their rows of the table read: a policy that resizes
+    # at nearly every step of a million would otherwise hold eight million phase rows.
+    names = run_names([c.kind for c in configs])
     results: dict[str, SimResult] = {
-        name: simulate(scenario, config, context=sim_context)
-        for name, config in zip(run_names([c.kind for c in configs]), configs, strict=True)
+        name: simulate(scenario, config, context=sim_context, phase_rows=k == 0)
+        for k, (name, config) in enumerate(zip(names, configs, strict=True))
     }
 
     optimum = optimum_of_context(sim_context)
@@ -258,6 +272,16 @@ def replay_trace(
         f"by {result.step_time_mape:.1%} on average",
     )
     return result
+
+
+def _held_for(scenario: ScenarioConfig, *, mechanisms: bool) -> str:
+    """What of this replay reads every sample's lengths at once ("" if nothing does: the
+    trace's samples are then read a block of steps at a time where they can be)."""
+    if mechanisms:
+        return "--mechanisms (lending goes sample by sample)"
+    if holds_samples(scenario):
+        return "a pipeline that lends or keeps partial rollouts (it goes sample by sample)"
+    return ""
 
 
 def is_colocated(trace: Trace) -> bool:

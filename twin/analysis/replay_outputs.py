@@ -3,6 +3,7 @@ and the resolved config, written all or nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,22 +15,51 @@ from dynaresize.traces.staged_dir import staged_dir
 from ..calibration.fit import fitted_overrides
 from ..mechanisms import write_mechanisms
 from .replay_result import RECORDED_MEASURED, ReplayResult
-from .table_csv import write_table_csv
+from .table_csv import write_tables_csv
+
+_NO_DECISIONS = ["run", "step", "decision", "from_allocation", "to_allocation"]
+"""The columns of a decisions table without a decision."""
+
+DECISION_PIECE_ROWS = 200_000
+"""Rows of decisions.csv built and written at a time."""
+
+
+def _decision_frames(result: ReplayResult) -> list[tuple[str, pd.DataFrame]]:
+    """(run, its decisions) of every run with decisions: the recorded run's controller (where
+    its log kept its decisions) and each replayed policy."""
+    frames = []
+    if len(result.recorded_decisions):
+        frames.append((RECORDED_MEASURED, result.recorded_decisions))
+    frames += [(name, run.decisions) for name, run in result.policies.items() if len(run.decisions)]
+    return frames
+
+
+def _with_run_first(table: pd.DataFrame) -> pd.DataFrame:
+    return table[["run", *[c for c in table.columns if c != "run"]]]
 
 
 def decisions_table(result: ReplayResult) -> pd.DataFrame:
     """Every compared run's decisions in one table, a `run` column first: the recorded run's
     controller (where its log kept its decisions) and each replayed policy."""
-    frames = []
-    if len(result.recorded_decisions):
-        frames.append(result.recorded_decisions.assign(run=RECORDED_MEASURED))
-    for name, run in result.policies.items():
-        if len(run.decisions):
-            frames.append(run.decisions.assign(run=name))
+    frames = [frame.assign(run=name) for name, frame in _decision_frames(result)]
     if not frames:
-        return pd.DataFrame(columns=["run", "step", "decision", "from_allocation", "to_allocation"])
-    table = pd.concat(frames, ignore_index=True)
-    return table[["run", *[c for c in table.columns if c != "run"]]]
+        return pd.DataFrame(columns=_NO_DECISIONS)
+    return _with_run_first(pd.concat(frames, ignore_index=True))
+
+
+def decision_pieces(result: ReplayResult) -> Iterator[pd.DataFrame]:
+    """`decisions_table` a piece of rows at a time, each with the table's columns and dtypes
+    (a piece is concatenated with every run's empty frame, which sets them as the whole
+    concatenation does): the whole table is never built."""
+    frames = _decision_frames(result)
+    if not frames:
+        yield pd.DataFrame(columns=_NO_DECISIONS)
+        return
+    empty = [frame.iloc[:0].assign(run=name) for name, frame in frames]
+    for name, frame in frames:
+        for lo in range(0, len(frame), DECISION_PIECE_ROWS):
+            part = frame.iloc[lo : lo + DECISION_PIECE_ROWS].assign(run=name)
+            yield _with_run_first(pd.concat([*empty, part], ignore_index=True))
 
 
 def plot_replay(result: ReplayResult, *, title: str):
@@ -87,7 +117,7 @@ def write_replay_outputs(result: ReplayResult, out_dir: Path, *, title: str, sce
             (staging / "costs.yaml").write_text(text)
         result.predicted_steps.to_parquet(staging / "predicted_steps.parquet")
         result.optimal_schedule.to_csv(staging / "optimal_schedule.csv", index=False)
-        write_table_csv(decisions_table(result), staging / "decisions.csv")
+        write_tables_csv(decision_pieces(result), staging / "decisions.csv")
         plot_replay(result, title=title).savefig(staging / "replay.png", dpi=110)
         if result.mechanisms is not None:
             write_mechanisms(result.mechanisms, staging, title=f"{title}: mechanisms")

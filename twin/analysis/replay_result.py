@@ -44,6 +44,8 @@ class ReplayResult:
     """The recorded run as the twin predicts it: at least `step` and `step_s` per step."""
     predicted_total_s: float
     policies: dict[str, SimResult]
+    """Each replayed policy's run; the first's `resizes` hold every phase, the others' one row
+    per resize (its first phase)."""
     optimum: OptimalSchedule
     fit: CostFit | None
     notes: list[str] = field(default_factory=list)

@@ -12,12 +12,14 @@ column type, a single column) are written by pandas itself.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["write_table_csv"]
+__all__ = ["write_table_csv", "write_tables_csv"]
 
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]')
 """What makes the csv module quote a field (delimiter, quote character, line breaks)."""
@@ -37,10 +39,32 @@ def write_table_csv(table: pd.DataFrame, path: Path) -> None:
     header = ",".join(str(name) for name in table.columns)
     with open(path, "w", encoding="utf-8", newline="") as out:
         out.write(header + "\n")
-        for first in range(0, len(table), CHUNK_ROWS):
-            chunk = table.iloc[first : first + CHUNK_ROWS]
-            columns = [_fields(chunk[name]) for name in table.columns]
-            out.write("\n".join(map(",".join, zip(*columns, strict=True))) + "\n")
+        _write_rows(table, out)
+
+
+def write_tables_csv(tables: Iterable[pd.DataFrame], path: Path) -> None:
+    """The tables one after the other as one CSV, the header of the first once: the bytes of
+    `pd.concat(tables).to_csv(path, index=False)` where the tables have the columns and dtypes
+    of that concatenation, with one table in memory at a time, not their concatenation. Each
+    table is written as `write_table_csv` writes it (by pandas where it would be), which is
+    byte for byte what pandas writes of those rows."""
+    with open(path, "w", encoding="utf-8", newline="") as out:
+        header = True
+        for table in tables:
+            if header:
+                table.iloc[:0].to_csv(out, index=False)
+                header = False
+            _write_rows(table, out)
+
+
+def _write_rows(table: pd.DataFrame, out: TextIO) -> None:
+    if not _writable(table):
+        table.to_csv(out, index=False, header=False)
+        return
+    for first in range(0, len(table), CHUNK_ROWS):
+        chunk = table.iloc[first : first + CHUNK_ROWS]
+        columns = [_fields(chunk[name]) for name in table.columns]
+        out.write("\n".join(map(",".join, zip(*columns, strict=True))) + "\n")
 
 
 def _writable(table: pd.DataFrame) -> bool:

@@ -20,6 +20,7 @@ from dynaresize.config_io import ConfigError
 from dynaresize.policies.types import Allocation
 from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
+from dynaresize.traces.workload import Workload
 
 from ..analysis_context import AnalysisContext
 from ..calibration.fit import CostFit
@@ -80,6 +81,7 @@ def breakeven_for_trace(
     inputs = trace_model_inputs(trace, context, fit_to_trace=fit_to_trace)
     notes += inputs.inferred
     workload, costs, fit = inputs.workload, inputs.costs, inputs.fit
+    assert isinstance(workload, Workload)  # held: the inputs were not asked to stream
     scenario = context.scenario
     step_costs = compute_step_costs(
         workload,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from dynaresize.policies.types import CostSource
 from dynaresize.traces.io import Trace
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream
 
 from ..costs import CostModels
 from ..costs.memory import ModelConfig
@@ -92,7 +93,7 @@ def fit_costs(
     rollout_tp_size: int = 1,
     sync_bandwidth_gbps: float | None = None,
     extra_fitters: Sequence[StageFitter] = (),
-    workloads: Sequence[Workload] | None = None,
+    workloads: Sequence[Workload | WorkloadStream] | None = None,
 ) -> CostFit:
     """Fit every stage's parameters to the traces; the result's costs are marked calibrated."""
     inputs = gather_inputs(

@@ -14,6 +14,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream, workload_blocks
 
 from ..costs import CostModels
 from ..costs.rollout import RolloutCostParams, contention_factor, replica_seconds
@@ -29,14 +30,25 @@ from .stage_fit import (
 
 
 def rollout_counts_by_step(
-    workload: Workload, replicas: np.ndarray, max_concurrent_seqs: int | None
+    workload: Workload | WorkloadStream, replicas: np.ndarray, max_concurrent_seqs: int | None
 ) -> np.ndarray:
     """(steps, max replicas, 3) integer counts: prefill tokens, iterations, active iterations.
 
-    Replicas a step does not have are all-zero rows, which the max over replicas ignores.
+    Replicas a step does not have are all-zero rows, which the max over replicas ignores. A
+    streamed workload is counted a block of steps at a time (the counts are each step's own).
     """
     width = int(replicas.max()) if len(replicas) else 1
     out = np.zeros((workload.num_steps, width, 3), dtype=np.int64)
+    for first, block in workload_blocks(workload):
+        rows = slice(first, first + block.num_steps)
+        _count_block(block, replicas[rows], max_concurrent_seqs, out[rows])
+    return out
+
+
+def _count_block(
+    workload: Workload, replicas: np.ndarray, max_concurrent_seqs: int | None, out: np.ndarray
+) -> None:
+    """`rollout_counts_by_step` of one held block, into `out` (its rows of the result)."""
     for num_replicas in np.unique(replicas):
         counts = replica_counts(
             workload.prompt_tokens,
@@ -51,7 +63,6 @@ def rollout_counts_by_step(
             axis=-1,
         ).reshape(workload.num_steps, int(num_replicas), 3)
         out[rows, : int(num_replicas)] = stacked[rows]
-    return out
 
 
 def predicted_rollout_s(

@@ -9,7 +9,7 @@ updated costs and its `StageFit` (`StageFitter`); `fit.fit_costs` runs them in o
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,7 @@ from dynaresize.traces.io import Trace
 from dynaresize.traces.phases import PipelineMode
 from dynaresize.traces.schema import RunMeta
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream
 
 from ..analysis_context import DEFAULT_MODEL_PARAMS_B, DEFAULT_SYNC_BANDWIDTH_GBPS
 from ..costs import CostModels
@@ -57,7 +58,8 @@ class FitInputs:
     """Measured steps of all traces together, and the context the models need."""
 
     steps: pd.DataFrame
-    workload: Workload
+    workload: Workload | WorkloadStream
+    """Every sample of the steps: held, or one trace's samples file read a block at a time."""
     model: ModelConfig
     rollout_tp_size: int
     sync_bandwidth_gbps: float
@@ -68,12 +70,19 @@ StageFitter = Callable[[FitInputs, CostModels], tuple[CostModels, StageFit]]
 """Given the measurements and the costs fitted so far: updated costs and this stage's fit."""
 
 
-def concat_workloads(workloads: Sequence[Workload], name: str) -> Workload:
-    prompts = [w.prompt_tokens for w in workloads]
-    responses = [w.response_tokens for w in workloads]
+def concat_workloads(
+    workloads: Sequence[Workload | WorkloadStream], name: str
+) -> Workload | WorkloadStream:
+    """The workloads one after the other; one stream stays a stream (renamed), several are
+    read whole to be joined."""
+    if len(workloads) == 1 and isinstance(workloads[0], WorkloadStream):
+        return replace(workloads[0], name=name)
+    held = [w.held() if isinstance(w, WorkloadStream) else w for w in workloads]
+    prompts = [w.prompt_tokens for w in held]
+    responses = [w.response_tokens for w in held]
     offsets = [np.zeros(1, np.int64)]
     base = 0
-    for w in workloads:
+    for w in held:
         offsets.append(w.step_offsets[1:] + base)
         base += len(w.prompt_tokens)
     return Workload(
@@ -90,7 +99,7 @@ def gather_inputs(
     model: ModelConfig | None = None,
     rollout_tp_size: int = 1,
     sync_bandwidth_gbps: float | None = None,
-    workloads: Sequence[Workload] | None = None,
+    workloads: Sequence[Workload | WorkloadStream] | None = None,
 ) -> FitInputs:
     """Steps and workloads of every trace, with the model and links taken from config or trace.
 
@@ -101,7 +110,8 @@ def gather_inputs(
     notes: list[str] = []
     if model is not None:
         traces, workloads = _traces_of_model(traces, workloads, model, notes)
-    frames, per_trace = [], []
+    frames: list[pd.DataFrame] = []
+    per_trace: list[Workload | WorkloadStream] = []
     for i, trace in enumerate(traces):
         if len(trace.steps) == 0:
             raise FitError(f"trace {i + 1} ({trace.meta.source_path or 'in memory'}) has no steps")
@@ -143,10 +153,10 @@ def gather_inputs(
 
 def _traces_of_model(
     traces: Sequence[Trace],
-    workloads: Sequence[Workload] | None,
+    workloads: Sequence[Workload | WorkloadStream] | None,
     model: ModelConfig,
     notes: list[str],
-) -> tuple[list[Trace], list[Workload] | None]:
+) -> tuple[list[Trace], list[Workload | WorkloadStream] | None]:
     """The traces of the model whose stage costs are fitted.
 
     Stage costs belong to one model; traces of other sizes (given, say, so that resize phases see

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 from dynaresize.traces.io import Trace
 from dynaresize.traces.workload import Workload
+from dynaresize.traces.workload_stream import WorkloadStream
 
 from ..analysis_context import AnalysisContext
 from ..costs import CostModels
 from ..costs.provenance import CALIBRATE, FittedOn, stamped
-from ..trace_source import trace_workload
+from ..trace_source import trace_workload, trace_workload_source
 from .fit import CostFit, FitError, fit_costs, fitted_overrides
 from .fit_resize import ResizeFit, ResizeStageFitter, has_resize_records
 
@@ -77,7 +78,9 @@ def calibrated_file(
 class TraceModelInputs:
     """What a trace is modelled with: its workload and the costs (fitted to it, or given)."""
 
-    workload: Workload
+    workload: Workload | WorkloadStream
+    """Held, or (`trace_model_inputs(..., streamed=True)`) the trace's samples file read a
+    block at a time where it is clean and in order."""
     inferred: list[str]
     """What had to be inferred to build the workload from the trace."""
     costs: CostModels
@@ -86,11 +89,13 @@ class TraceModelInputs:
 
 
 def trace_model_inputs(
-    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool
+    trace: Trace, context: AnalysisContext, *, fit_to_trace: bool, streamed: bool = False
 ) -> TraceModelInputs:
     """The trace's workload, and the context's costs fitted to the trace unless `fit_to_trace`
-    is False (costs given by the user). The fit reuses the workload so it is built once."""
-    workload, inferred = trace_workload(trace)
+    is False (costs given by the user). The fit reuses the workload so it is built once.
+    `streamed` leaves a clean samples file on disk (`trace_workload_source`)."""
+    workload: Workload | WorkloadStream
+    workload, inferred = trace_workload_source(trace) if streamed else trace_workload(trace)
     if not fit_to_trace:
         return TraceModelInputs(workload=workload, inferred=inferred, costs=context.costs, fit=None)
     fit = fit_costs(
