@@ -18,7 +18,9 @@ from dynaresize.policies.trusted import set_dict, set_extra, set_fields_set, set
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
+    CostSource,
     Decision,
+    DecisionKind,
     LendingOffer,
     StageTimes,
     StepObservation,
@@ -27,12 +29,14 @@ from dynaresize.traces.phases import Role
 
 from ._lazy import LazyModule
 from .costs.resize import ResizePlan
+from .decision_log import DecisionLog
 from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
 from .resize_log import PhaseRow, ResizeLog
 
 __all__ = ["Clock", "PipelineCore"]
 
 _new = object.__new__
+_RESIZE = DecisionKind.RESIZE
 
 
 class Clock(Protocol):
@@ -129,11 +133,15 @@ class PipelineCore:
         self.predicted_s_on = [c.tolist() for c in run.predicted_step_s.T]
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
-        # Every field of each candidate's prediction but the predicted step time, for each
-        # current split (outer index) and candidate (inner index): staying costs nothing, a
-        # move costs its kind's plan.
-        self.prediction_templates = [
-            [self._prediction_template(current, cand) for cand in costs.candidates]
+        # Every field of each candidate's prediction, for each current split (outer index) and
+        # candidate (inner index), in the order of a validated prediction's fields but the
+        # predicted step time, which comes last, read from the candidate's list: staying costs
+        # nothing, a move costs its kind's plan.
+        self.prediction_rows = [
+            [
+                (*self._prediction_template(current, cand), predicted_s)
+                for cand, predicted_s in zip(costs.candidates, self.predicted_s_on, strict=True)
+            ]
             for current in costs.candidates
         ]
         self.prediction_fields = set(CandidatePrediction.model_fields)
@@ -158,6 +166,8 @@ class PipelineCore:
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_log = ResizeLog()
         """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
+        self.decision_log = DecisionLog()
+        """One entry per policy call, as the decisions table's columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------
 
@@ -257,31 +267,53 @@ class PipelineCore:
             "rollout_batch_id": np.arange(n, dtype=np.int64),
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
-        self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
+        critical_s = np.array(
+            [[np.nan if p is None else p.critical_s for p in row] for row in self.plan_table],
+            dtype=np.float64,
+        ).reshape(len(self.plan_table), len(self.plan_table))
+        self.records.decisions = self.decision_log.columns(
+            DECISION_FIELDS,
+            policy=self.policy_name,
+            labels=self.labels,
+            cost_source=self.cost_source_value,
+            critical_s=critical_s,
+        )
+        self.decision_log = DecisionLog()  # the columns hold the calls now
         self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
-    def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
+    def _prediction_template(
+        self, current: Allocation, cand: Allocation
+    ) -> tuple[Allocation, float, float, CostSource]:
+        """A prediction's allocation, resize critical and background seconds and cost source."""
         plan = None if cand == current else self.plans.between(current, cand)
-        return {
-            "allocation": cand,
-            "predicted_resize_critical_s": plan.critical_s if plan else 0.0,
-            "predicted_resize_background_s": plan.slowdown_s if plan else 0.0,
-            "cost_source": self.cost_source,
-        }
+        return (
+            cand,
+            plan.critical_s if plan else 0.0,
+            plan.slowdown_s if plan else 0.0,
+            self.cost_source,
+        )
 
     def _observe(self, k: int) -> StepObservation:
         # The hot path: each prediction and the observation are `trusted_complete` written out
-        # in place (one call fewer per object per step), a prediction's dict a copy of the
-        # template plus the step time.
+        # in place (one call fewer per object per step), a prediction's dict built whole from
+        # its row (the key order a copy of a template plus the step time would give).
         fields = self.prediction_fields
-        templates = self.prediction_templates[self.current]
         candidates = []
-        for template, predicted_s in zip(templates, self.predicted_s_on, strict=True):
-            values = template.copy()
-            values["predicted_step_s"] = predicted_s[k]
+        for allocation, critical_s, background_s, source, predicted_s in self.prediction_rows[
+            self.current
+        ]:
             obj = _new(CandidatePrediction)
-            set_dict(obj, values)
+            set_dict(
+                obj,
+                {
+                    "allocation": allocation,
+                    "predicted_resize_critical_s": critical_s,
+                    "predicted_resize_background_s": background_s,
+                    "cost_source": source,
+                    "predicted_step_s": predicted_s[k],
+                },
+            )
             set_fields_set(obj, fields)
             set_extra(obj, None)
             set_private(obj, None)
@@ -304,7 +336,8 @@ class PipelineCore:
                 name: model_fields[name].get_default(call_default_factory=True)
                 for name in model_fields.keys() - values.keys()
             }
-        values.update(self.observation_defaults)
+        if self.observation_defaults:
+            values.update(self.observation_defaults)
         obs = _new(StepObservation)
         set_dict(obs, values)
         set_fields_set(obs, self.observation_fields)
@@ -321,26 +354,17 @@ class PipelineCore:
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
         self.last_decision = decision
-        wanted = decision.target if decision.is_resize else None
         target = None
-        if wanted is not None:
-            target = self._index(wanted)
+        if decision.kind is _RESIZE:  # `is_resize`, without the property's call
+            target = self._index(decision.target)  # type: ignore[arg-type]
             if target == self.current:
                 target = None
-        self.records.decision_rows.append(
-            (
-                k,
-                self.clock.now,
-                self.policy_name,
-                "hold" if target is None else "resize",
-                self.labels[self.current],
-                None if target is None else self.labels[target],
-                decision.reason,
-                self.cost_source_value,
-                None if target is None else self._plan_to(target).critical_s,
-                None if target is None else self.num_resizes,
-            )
-        )
+        log = self.decision_log
+        log.steps.append(k)
+        log.times_s.append(self.clock.now)
+        log.splits.append(self.current)
+        log.targets.append(-1 if target is None else target)
+        log.reasons.append(decision.reason)
         return target
 
     def _index(self, allocation: Allocation) -> int:
@@ -391,10 +415,3 @@ class PipelineCore:
             floor_s=plan.background_tail_s,
             slowdown_s=plan.slowdown_s,
         )
-
-
-def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
-    """Row tuples as named columns (no columns when there are no rows); `rows` is emptied."""
-    columns = zip(names, zip(*rows, strict=True), strict=True) if rows else ()
-    rows.clear()  # the tuples go: a million of them are over 100 MB
-    return {name: list(column) for name, column in columns}

@@ -91,10 +91,9 @@ class PipelineRecords:
     """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
     resizes: dict[str, Any] = field(default_factory=dict)
     """Resize phase columns (`resize_log.ResizeLog.columns`), filled at the end of the run."""
-    decisions: dict[str, list] = field(default_factory=dict)
-    decision_rows: list[tuple] = field(default_factory=list)
-    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
-    at the end of the run, rather than appended to column by column at every boundary."""
+    decisions: dict[str, Any] = field(default_factory=dict)
+    """Columns of the policy calls in DECISION_FIELDS order (`decision_log.DecisionLog`),
+    filled at the end of the run."""
     rollout_intervals: Intervals = field(default_factory=Intervals)
     train_intervals: Intervals = field(default_factory=Intervals)
     stall_s: float = 0.0

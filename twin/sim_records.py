@@ -83,8 +83,11 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
 
 
-def _nullable_ints(values: list | np.ndarray) -> pd.api.extensions.ExtensionArray:
-    """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference."""
+def _nullable_ints(values: list | np.ndarray | Any) -> pd.api.extensions.ExtensionArray:
+    """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference
+    (one already built, as the decision log builds its resize ids, as it is)."""
+    if isinstance(values, pd.arrays.IntegerArray):
+        return values
     count = len(values)
     missing = np.fromiter((v is None for v in values), dtype=bool, count=count)
     data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=count)
