@@ -184,6 +184,10 @@ class PipelineCore:
         duration_s = self.rollout_s_on[self.current][batch]
         start_s = self.clock.now
         yield self.clock.timeout(duration_s)
+        self._rolled_out(batch, version, start_s, duration_s)
+
+    def _rolled_out(self, batch: int, version: int, start_s: float, duration_s: float) -> None:
+        """The records of a batch generated from `start_s` for `duration_s`."""
         self.records.rollout_intervals.add(start_s, start_s + duration_s)
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
@@ -391,6 +395,14 @@ class PipelineCore:
 
     def _resize(self, k: int, target: int, drain_s: float | None):
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
+        stall_s, plan, resize_id = self._start_resize(k, target, drain_s)
+        yield self.clock.timeout(stall_s)
+        self._end_resize(k, target, stall_s, plan, resize_id)
+
+    def _start_resize(
+        self, k: int, target: int, drain_s: float | None
+    ) -> tuple[float, ResizePlan, int]:
+        """A resize's record as it starts: its stall, plan and id."""
         resize_id = self.num_resizes
         self.num_resizes += 1
         start_s = self.clock.now
@@ -403,8 +415,12 @@ class PipelineCore:
             drain_s=drain_s,
         )
         offset_s = start_s if drain_s is None else start_s + drain_s
-        stall_s = (offset_s - start_s) + plan.critical_s
-        yield self.clock.timeout(stall_s)
+        return (offset_s - start_s) + plan.critical_s, plan, resize_id
+
+    def _end_resize(
+        self, k: int, target: int, stall_s: float, plan: ResizePlan, resize_id: int
+    ) -> None:
+        """Once the stall is over: the split switched, the background phases pending."""
         self.records.stall_s += stall_s
         self.measured_resize_s.append(stall_s)
         self.measured_resize_costs_s = tuple(self.measured_resize_s)
