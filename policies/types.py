@@ -14,7 +14,7 @@ from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .trusted import set_dict, set_extra, set_fields_set, set_private, trusted_complete
+from .trusted import set_dict, set_extra, set_fields_set, set_private
 
 MEASURED_COSTS_WINDOW = 64
 """Default of how many of the most recent measured costs an observation carries (resizes, and a
@@ -320,8 +320,12 @@ class Decision(BaseModel):
         if lend is None and type(target) is Allocation and type(reason) is str:
             # Valid by construction, as `hold`: validation would keep the allocation instance
             # as given and check only that a resize has a target, which it has.
-            values = {"kind": _RESIZE, "target": target, "reason": reason, "lend": None}
-            return trusted_complete(cls, values, _RESIZE_FIELDS_SET)
+            decision = _new(cls)
+            set_dict(decision, {"kind": _RESIZE, "target": target, "reason": reason, "lend": None})
+            set_fields_set(decision, _RESIZE_FIELDS_SET)
+            set_extra(decision, None)
+            set_private(decision, None)
+            return decision
         if lend is None:
             return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
         return cls(kind=DecisionKind.RESIZE, target=target, reason=reason, lend=lend)

@@ -9,8 +9,7 @@ templates rather than building the same objects again at every step.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -69,8 +68,10 @@ RESIZE_FIELDS = (
 """The columns of a resize phase row, in the order `PipelineCore` writes them."""
 
 
-@dataclass
-class _PendingResize:
+class _PendingResize(NamedTuple):
+    """A resize's effect on the next training stage: a tuple, as a policy that resizes at every
+    step makes one per step (a dataclass's `__init__` costs several times a tuple's)."""
+
     resize_id: int
     floor_s: float
     """The next training stage cannot end earlier than this after it starts."""
@@ -426,8 +427,4 @@ class PipelineCore:
         self.measured_resize_costs_s = tuple(self.measured_resize_s)
         self.current = target
         self.last_resize_step = k
-        self.pending = _PendingResize(
-            resize_id=resize_id,
-            floor_s=plan.background_tail_s,
-            slowdown_s=plan.slowdown_s,
-        )
+        self.pending = _PendingResize(resize_id, plan.background_tail_s, plan.slowdown_s)
