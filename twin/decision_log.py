@@ -22,6 +22,8 @@ from .text_columns import coded_text, plain_text
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from .costs.resize import ResizePlan
 else:
     pd = LazyModule("pandas")
 
@@ -54,13 +56,13 @@ class DecisionLog:
         policy: str,
         labels: Sequence[str],
         cost_source: str,
-        critical_s: np.ndarray,
+        plans: Sequence[Sequence[ResizePlan | None]],
     ) -> dict[str, Any]:
         """The calls as the columns `names` (none when there were no calls).
 
-        `critical_s[current, target]`: the predicted stall of each move. A column missing at
-        every row (no call resized) is a list of None, as rows of None would give; the resize
-        ids are a nullable integer column either way.
+        `plans[current][target]`: the plan of each move, whose critical path is its predicted
+        stall. A column missing at every row (no call resized) is a list of None, as rows of
+        None would give; the resize ids are a nullable integer column either way.
         """
         num_calls = len(self.steps)
         if not num_calls:
@@ -81,6 +83,10 @@ class DecisionLog:
         resize_id = np.where(moves, np.cumsum(moves) - 1, 0)
         values["resize_id"] = pd.arrays.IntegerArray(resize_id, ~moves)
         if moves.any():
+            critical_s = np.array(
+                [[np.nan if p is None else p.critical_s for p in row] for row in plans],
+                dtype=np.float64,
+            ).reshape(len(plans), len(plans))
             critical = np.full(num_calls, np.nan)
             critical[moves] = critical_s[splits[moves], targets[moves]]
             values["to_allocation"] = coded_text(labels, targets)

@@ -9,7 +9,7 @@ templates rather than building the same objects again at every step.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -17,7 +17,6 @@ from dynaresize.policies.trusted import set_dict, set_extra, set_fields_set, set
 from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
-    CostSource,
     Decision,
     DecisionKind,
     LendingOffer,
@@ -29,8 +28,8 @@ from dynaresize.traces.phases import Role
 from ._lazy import LazyModule
 from .costs.resize import ResizePlan
 from .decision_log import DecisionLog
-from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
-from .resize_log import PhaseRow, ResizeLog
+from .pipeline_run import DECISION_FIELDS, Clock, PipelineRecords, PipelineRun
+from .resize_log import RESIZE_FIELDS, PhaseRow, ResizeLog
 
 __all__ = ["Clock", "PipelineCore"]
 
@@ -38,34 +37,10 @@ _new = object.__new__
 _RESIZE = DecisionKind.RESIZE
 
 
-class Clock(Protocol):
-    """What the stages shared by every mode read of a simulated clock: the time, and a wait
-    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
-
-    @property
-    def now(self) -> float: ...
-
-    def timeout(self, delay: float) -> Any: ...
-
-
 if TYPE_CHECKING:
     import simpy
 else:
     simpy = LazyModule("simpy")
-
-RESIZE_FIELDS = (
-    "resize_id",
-    "step",
-    "phase",
-    "strategy",
-    "from_allocation",
-    "to_allocation",
-    "start_s",
-    "end_s",
-    "critical",
-    "bytes_moved",
-)
-"""The columns of a resize phase row, in the order `PipelineCore` writes them."""
 
 
 class _PendingResize(NamedTuple):
@@ -134,17 +109,6 @@ class PipelineCore:
         self.predicted_s_on = [c.tolist() for c in run.predicted_step_s.T]
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
-        # Every field of each candidate's prediction, for each current split (outer index) and
-        # candidate (inner index), in the order of a validated prediction's fields but the
-        # predicted step time, which comes last, read from the candidate's list: staying costs
-        # nothing, a move costs its kind's plan.
-        self.prediction_rows = [
-            [
-                (*self._prediction_template(current, cand), predicted_s)
-                for cand, predicted_s in zip(costs.candidates, self.predicted_s_on, strict=True)
-            ]
-            for current in costs.candidates
-        ]
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
         self.stage_times_fields = set(StageTimes.model_fields)
@@ -163,6 +127,25 @@ class PipelineCore:
         ]
         """The plan of each move, by (current, target) index: looked up twice per resize, once
         built (None from a split to itself)."""
+        # Every field of each candidate's prediction, for each current split (outer index) and
+        # candidate (inner index), in the order of a validated prediction's fields but the
+        # predicted step time, which comes last, read from the candidate's list: staying costs
+        # nothing, a move costs its kind's plan.
+        self.prediction_rows = [
+            [
+                (
+                    cand,
+                    plan.critical_s if plan else 0.0,
+                    plan.slowdown_s if plan else 0.0,
+                    cost_source,
+                    predicted_s,
+                )
+                for cand, plan, predicted_s in zip(
+                    costs.candidates, plans_from, self.predicted_s_on, strict=True
+                )
+            ]
+            for plans_from in self.plan_table
+        ]
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_log = ResizeLog()
@@ -272,32 +255,16 @@ class PipelineCore:
             "rollout_batch_id": np.arange(n, dtype=np.int64),
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
-        critical_s = np.array(
-            [[np.nan if p is None else p.critical_s for p in row] for row in self.plan_table],
-            dtype=np.float64,
-        ).reshape(len(self.plan_table), len(self.plan_table))
         self.records.decisions = self.decision_log.columns(
             DECISION_FIELDS,
             policy=self.policy_name,
             labels=self.labels,
             cost_source=self.cost_source_value,
-            critical_s=critical_s,
+            plans=self.plan_table,
         )
         self.decision_log = DecisionLog()  # the columns hold the calls now
         self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
-
-    def _prediction_template(
-        self, current: Allocation, cand: Allocation
-    ) -> tuple[Allocation, float, float, CostSource]:
-        """A prediction's allocation, resize critical and background seconds and cost source."""
-        plan = None if cand == current else self.plans.between(current, cand)
-        return (
-            cand,
-            plan.critical_s if plan else 0.0,
-            plan.slowdown_s if plan else 0.0,
-            self.cost_source,
-        )
 
     def _observe(self, k: int) -> StepObservation:
         # The hot path: each prediction and the observation are `trusted_complete` written out

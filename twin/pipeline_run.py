@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from .step_costs import StepCosts
 if TYPE_CHECKING:
     from .sample_pipeline import SampleInputs
 
-__all__ = ["DECISION_FIELDS", "Intervals", "PipelineRecords", "PipelineRun"]
+__all__ = ["DECISION_FIELDS", "Clock", "Intervals", "PipelineRecords", "PipelineRun"]
 
 DECISION_FIELDS = (
     "step",
@@ -35,6 +35,16 @@ DECISION_FIELDS = (
     "predicted_resize_critical_s",
     "resize_id",
 )
+
+
+class Clock(Protocol):
+    """What the stages shared by every mode read of a simulated clock: the time, and a wait
+    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
 
 
 @dataclass(frozen=True)
