@@ -151,9 +151,9 @@ class _Pipeline(PipelineCore):
             if k + 1 < num_steps:
                 target = self._decide(k)
                 if target is not None:
-                    stall_s, plan, resize_id = self._start_resize(k, target, None)
+                    stall_s, plan, new_id = self._start_resize(k, target, None)
                     clock.now += clock.timeout(stall_s)
-                    self._end_resize(k, target, stall_s, plan, resize_id)
+                    self._end_resize(k, target, stall_s, plan, new_id)
             self.step_start_s = clock.now
         self.records.end_s = clock.now
 
