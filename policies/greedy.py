@@ -52,8 +52,8 @@ class GreedyPolicy:
         assert direction is not None  # |signal| > deadband >= 0
         target = choose_target(obs, direction, self.config.move_mode)
         if target is None:
-            return Decision.hold(f"imbalance {signal:+.3f} but no candidate {direction.value}")
-        return Decision.resize(target, f"imbalance {signal:+.3f}: move {direction.value}")
+            return Decision.hold(f"imbalance {signal:+.3f} but no candidate {direction._value_}")
+        return Decision.resize(target, f"imbalance {signal:+.3f}: move {direction._value_}")
 
     def reset(self) -> None:
         return None

@@ -108,13 +108,6 @@ class HysteresisPolicy:
         self._last_resize_step: int | None = None
         self._lend_streak = 0
 
-    def _signal(self, smoothed: float) -> Direction | None:
-        if smoothed >= self.config.up_threshold:
-            return Direction.TO_ROLLOUT
-        if smoothed <= -self.config.down_threshold:
-            return Direction.TO_TRAIN
-        return None
-
     def _count(self, direction: Direction | None) -> None:
         if direction is None:
             self._streak_direction, self._streak_count = None, 0
@@ -122,14 +115,6 @@ class HysteresisPolicy:
             self._streak_count += 1
         else:
             self._streak_direction, self._streak_count = direction, 1
-
-    def _cooldown_left(self, step: int) -> int:
-        """Boundaries of cooldown left, this one included (it covers the `cooldown_steps`
-        boundaries right after the resize)."""
-        if self._last_resize_step is None:
-            return 0
-        boundaries_since = step - self._last_resize_step
-        return max(0, self.config.cooldown_steps - boundaries_since + 1)
 
     def decide(self, obs: StepObservation) -> Decision:
         decision = self._resize_decision(obs)
@@ -159,20 +144,33 @@ class HysteresisPolicy:
         )
 
     def _resize_decision(self, obs: StepObservation) -> Decision:
+        # Called at every step boundary of every run: the filters' arithmetic (the cooldown, the
+        # band, the count) is written out here rather than in a method each.
         cfg = self.config
-        smoothed = self._ewma.update(imbalance(obs.last), allocation=obs.last.allocation)
-        cooldown_left = self._cooldown_left(obs.step)
-        if cooldown_left > 0:
-            self._count(None)
-            return Decision.hold(f"cooldown: {cooldown_left} more step(s)")
+        last = obs.last
+        smoothed = self._ewma.update(imbalance(last), allocation=last.allocation)
+        if self._last_resize_step is not None:
+            # Boundaries of cooldown left, this one included: it covers the `cooldown_steps`
+            # boundaries right after the resize.
+            cooldown_left = cfg.cooldown_steps - (obs.step - self._last_resize_step) + 1
+            if cooldown_left > 0:
+                self._count(None)
+                return Decision.hold(f"cooldown: {cooldown_left} more step(s)")
 
-        direction = self._signal(smoothed)
-        self._count(direction)
-        if direction is None:
+        if smoothed >= cfg.up_threshold:
+            direction = _TO_ROLLOUT
+        elif smoothed <= -cfg.down_threshold:
+            direction = _TO_TRAIN
+        else:
+            self._streak_direction, self._streak_count = None, 0
             return Decision.hold(f"smoothed imbalance {smoothed:+.3f} inside band")
+        if direction is self._streak_direction:
+            self._streak_count += 1
+        else:
+            self._streak_direction, self._streak_count = direction, 1
         if self._streak_count < cfg.consecutive_signals:
             return Decision.hold(
-                f"signal {direction.value} {self._streak_count}/{cfg.consecutive_signals}"
+                f"signal {direction._value_} {self._streak_count}/{cfg.consecutive_signals}"
             )
 
         steps_on_allocation = (
@@ -183,7 +181,7 @@ class HysteresisPolicy:
 
         target = choose_target(obs, direction, cfg.move_mode)
         if target is None:
-            return Decision.hold(f"signal {direction.value} but no better candidate that way")
+            return Decision.hold(f"signal {direction._value_} but no better candidate that way")
 
         self._last_resize_step = obs.step
         self._count(None)
@@ -191,5 +189,9 @@ class HysteresisPolicy:
         return Decision.resize(
             target,
             f"smoothed imbalance {smoothed:+.3f} for {cfg.consecutive_signals} step(s): "
-            f"move {direction.value}",
+            f"move {direction._value_}",
         )
+
+
+_TO_ROLLOUT = Direction.TO_ROLLOUT
+_TO_TRAIN = Direction.TO_TRAIN

@@ -15,7 +15,9 @@ _train_gpus = attrgetter("train_gpus")
 
 
 class Direction(str, Enum):
-    """Which role gains GPUs."""
+    """Which role gains GPUs. Policies that write a direction into a reason at every step
+    boundary read its text as `_value_` (the member's attribute), not through the `value`
+    property, which costs a Python call each time."""
 
     TO_ROLLOUT = "to_rollout"
     """Rollout is the bottleneck: move GPUs from Training to Rollout."""
@@ -30,6 +32,9 @@ class MoveMode(str, Enum):
     """To the nearest candidate in the chosen direction."""
     PREDICTED_BEST = "predicted_best"
     """To the candidate in the chosen direction with the lowest predicted step time."""
+
+
+_ONE_NOTCH = MoveMode.ONE_NOTCH
 
 
 def direction_of_imbalance(imbalance: float) -> Direction | None:
@@ -60,9 +65,28 @@ def candidates_towards(obs: StepObservation, direction: Direction) -> list[Alloc
 
 
 def one_notch(obs: StepObservation, direction: Direction) -> Allocation | None:
-    """The nearest candidate in `direction`, or None at the edge of the candidate set."""
-    towards = candidates_towards(obs, direction)
-    return towards[0] if towards else None
+    """The nearest candidate in `direction`, or None at the edge of the candidate set.
+
+    `candidates_towards(obs, direction)[0]`, found in one pass without the list: a policy
+    asks at nearly every step boundary. Among candidates of equal training GPUs that list
+    puts the first given first towards rollout and the last given first towards training
+    (its stable descending sort, reversed), so ties are kept or replaced to match.
+    """
+    current = obs.allocation.train_gpus
+    nearest: Allocation | None = None
+    if direction is Direction.TO_ROLLOUT:
+        for prediction in obs.candidates:
+            allocation = prediction.allocation
+            gpus = allocation.train_gpus
+            if gpus < current and (nearest is None or gpus > nearest.train_gpus):
+                nearest = allocation
+        return nearest
+    for prediction in obs.candidates:
+        allocation = prediction.allocation
+        gpus = allocation.train_gpus
+        if gpus > current and (nearest is None or gpus <= nearest.train_gpus):
+            nearest = allocation
+    return nearest
 
 
 def predicted_best(obs: StepObservation, direction: Direction) -> Allocation | None:
@@ -82,6 +106,6 @@ def predicted_best(obs: StepObservation, direction: Direction) -> Allocation | N
 
 
 def choose_target(obs: StepObservation, direction: Direction, mode: MoveMode) -> Allocation | None:
-    if mode is MoveMode.ONE_NOTCH:
+    if mode is _ONE_NOTCH:
         return one_notch(obs, direction)
     return predicted_best(obs, direction)

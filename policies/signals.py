@@ -12,7 +12,10 @@ def imbalance(times: StageTimes) -> float:
     training is. Normalising by the longer stage makes one threshold mean the same share of idle
     time whatever the absolute step time.
     """
-    longer = max(times.rollout_s, times.train_s)
+    rollout_s, train_s = times.rollout_s, times.train_s
+    # `max(rollout_s, train_s)` as max takes it (the first unless the second is greater),
+    # without the call: a policy reads the imbalance at every step boundary.
+    longer = train_s if train_s > rollout_s else rollout_s
     if longer <= 0.0:
         return 0.0
-    return (times.rollout_s - times.train_s) / longer
+    return (rollout_s - train_s) / longer

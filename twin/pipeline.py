@@ -5,7 +5,8 @@ stall); every duration is read from the precomputed `StepCosts` matrices, so the
 is a handful of events and one policy call. The lockstep modes of the whole-batch pipeline run
 one process, which nothing can interleave with: there `StepClock` stands in for SimPy's
 environment, each wait just moving the clock on (`now + delay`, SimPy's own arithmetic, so the
-records are the same to the bit) without an event queue. Three modes:
+records are the same to the bit) without an event queue, and `lockstep_on` runs the stages as
+plain calls, with no generator to resume at each wait. Three modes:
 
 - `sync`: rollout of batch k, training on it, weight sync. Nothing overlaps.
 - `one_step_off`: during step k, training on batch k overlaps the rollout of batch k+1 (generated
@@ -23,7 +24,6 @@ A resize never changes what a step consumes: step k trains on batch k, exactly o
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from dynaresize.traces.phases import PipelineMode
@@ -44,8 +44,8 @@ __all__ = ["PipelineRecords", "PipelineRun"]
 
 class StepClock:
     """The clock of a run with a single process: what of SimPy's environment the lockstep
-    processes use (`now`, `timeout`), a wait being the delay itself, which `run` adds to the
-    clock. Starts at SimPy's initial time, 0."""
+    stages use (`now`, `timeout`), a wait being the delay itself, which the run's driver
+    (`_Pipeline.lockstep_on`) adds to the clock. Starts at SimPy's initial time, 0."""
 
     def __init__(self) -> None:
         self.now: float = 0
@@ -54,11 +54,6 @@ class StepClock:
         if delay < 0:  # as SimPy refuses it
             raise ValueError(f"Negative delay {delay}")
         return delay
-
-    def run(self, process: Generator[float, None, None]) -> None:
-        """Drive the one process to its end."""
-        for delay in process:
-            self.now += delay
 
 
 class _Pipeline(PipelineCore):
@@ -98,6 +93,13 @@ class _Pipeline(PipelineCore):
 
     def _overlapped_stage(self, k: int, train_s: float):
         """Train on batch k while batch k+1 is generated (weights version k), then sync."""
+        start_s, wait_s, sync_s = self._overlap_begins(k, train_s)
+        yield self.clock.timeout(wait_s)
+        self._overlap_ends(start_s, train_s, sync_s)
+
+    def _overlap_begins(self, k: int, train_s: float) -> tuple[float, float, float]:
+        """The overlapped stage as it starts (the next batch's records): its start, how long
+        it and the sync after it take, and the sync."""
         start_s = self.clock.now
         next_rollout_s = 0.0
         if k + 1 < self.num_steps:
@@ -107,8 +109,11 @@ class _Pipeline(PipelineCore):
             self.records.rollout_intervals.add(start_s, start_s + next_rollout_s)
         sync_s = self.sync_s[self.current]
         # The overlapped stage and the sync after it follow each other with nothing else in
-        # between: one SimPy event for both.
-        yield self.clock.timeout(max(train_s, next_rollout_s) + sync_s)
+        # between: one wait for both.
+        return start_s, max(train_s, next_rollout_s) + sync_s, sync_s
+
+    def _overlap_ends(self, start_s: float, train_s: float, sync_s: float) -> None:
+        """The training GPUs' busy spans of the stage, once it is over."""
         # `Intervals.add` twice, written out: this runs at every step
         train = self.records.train_intervals
         now = self.clock.now
@@ -116,6 +121,41 @@ class _Pipeline(PipelineCore):
         train.ends_s.append(start_s + train_s)
         train.starts_s.append(now - sync_s)
         train.ends_s.append(now)
+
+    def lockstep_on(self, clock: StepClock) -> None:
+        """`lockstep` on `clock` (this pipeline's), without generators: the same stages,
+        records and additions to the clock, each wait added where it is taken rather than
+        yielded up through the stages (one process, nothing to interleave with)."""
+        one_step_off = self.pipeline.mode is PipelineMode.ONE_STEP_OFF
+        num_steps = self.num_steps
+        if one_step_off and num_steps:  # batch 0 is generated before step 0
+            duration_s = self.rollout_s_on[self.current][0]
+            start_s = clock.now
+            clock.now += clock.timeout(duration_s)
+            self._rolled_out(0, 0, start_s, duration_s)
+        for k in range(num_steps):
+            train_s, resize_id = self._train_duration_s(k)
+            if one_step_off:
+                start_s, wait_s, sync_s = self._overlap_begins(k, train_s)
+                clock.now += clock.timeout(wait_s)
+                self._overlap_ends(start_s, train_s, sync_s)
+            else:  # the batch's rollout, then training and the sync as one busy span
+                duration_s = self.rollout_s_on[self.current][k]
+                start_s = clock.now
+                clock.now += clock.timeout(duration_s)
+                self._rolled_out(k, k, start_s, duration_s)
+                start_s = clock.now
+                clock.now += clock.timeout(train_s + self.sync_s[self.current])
+                self.records.train_intervals.add(start_s, clock.now)
+            self._record(k, train_s, resize_id)
+            if k + 1 < num_steps:
+                target = self._decide(k)
+                if target is not None:
+                    stall_s, plan, new_id = self._start_resize(k, target, None)
+                    clock.now += clock.timeout(stall_s)
+                    self._end_resize(k, target, stall_s, plan, new_id)
+            self.step_start_s = clock.now
+        self.records.end_s = clock.now
 
     # -- async mode -------------------------------------------------------------------------
 

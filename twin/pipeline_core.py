@@ -9,8 +9,7 @@ templates rather than building the same objects again at every step.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -19,6 +18,7 @@ from dynaresize.policies.types import (
     Allocation,
     CandidatePrediction,
     Decision,
+    DecisionKind,
     LendingOffer,
     StageTimes,
     StepObservation,
@@ -27,22 +27,14 @@ from dynaresize.traces.phases import Role
 
 from ._lazy import LazyModule
 from .costs.resize import ResizePlan
-from .pipeline_run import DECISION_FIELDS, PipelineRecords, PipelineRun
-from .resize_log import PhaseRow, ResizeLog
+from .decision_log import DecisionLog
+from .pipeline_run import DECISION_FIELDS, Clock, PipelineRecords, PipelineRun
+from .resize_log import RESIZE_FIELDS, PhaseRow, ResizeLog
 
 __all__ = ["Clock", "PipelineCore"]
 
 _new = object.__new__
-
-
-class Clock(Protocol):
-    """What the stages shared by every mode read of a simulated clock: the time, and a wait
-    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
-
-    @property
-    def now(self) -> float: ...
-
-    def timeout(self, delay: float) -> Any: ...
+_RESIZE = DecisionKind.RESIZE
 
 
 if TYPE_CHECKING:
@@ -50,23 +42,11 @@ if TYPE_CHECKING:
 else:
     simpy = LazyModule("simpy")
 
-RESIZE_FIELDS = (
-    "resize_id",
-    "step",
-    "phase",
-    "strategy",
-    "from_allocation",
-    "to_allocation",
-    "start_s",
-    "end_s",
-    "critical",
-    "bytes_moved",
-)
-"""The columns of a resize phase row, in the order `PipelineCore` writes them."""
 
+class _PendingResize(NamedTuple):
+    """A resize's effect on the next training stage: a tuple, as a policy that resizes at every
+    step makes one per step (a dataclass's `__init__` costs several times a tuple's)."""
 
-@dataclass
-class _PendingResize:
     resize_id: int
     floor_s: float
     """The next training stage cannot end earlier than this after it starts."""
@@ -129,13 +109,6 @@ class PipelineCore:
         self.predicted_s_on = [c.tolist() for c in run.predicted_step_s.T]
         self.labels = [a.label for a in costs.candidates]
         self.cost_source_value = cost_source.value
-        # Every field of each candidate's prediction but the predicted step time, for each
-        # current split (outer index) and candidate (inner index): staying costs nothing, a
-        # move costs its kind's plan.
-        self.prediction_templates = [
-            [self._prediction_template(current, cand) for cand in costs.candidates]
-            for current in costs.candidates
-        ]
         self.prediction_fields = set(CandidatePrediction.model_fields)
         """Every field of a prediction is given: one set for all of them (they are frozen)."""
         self.stage_times_fields = set(StageTimes.model_fields)
@@ -154,10 +127,31 @@ class PipelineCore:
         ]
         """The plan of each move, by (current, target) index: looked up twice per resize, once
         built (None from a split to itself)."""
+        # Every field of each candidate's prediction, for each current split (outer index) and
+        # candidate (inner index), in the order of a validated prediction's fields but the
+        # predicted step time, which comes last, read from the candidate's list: staying costs
+        # nothing, a move costs its kind's plan.
+        self.prediction_rows = [
+            [
+                (
+                    cand,
+                    plan.critical_s if plan else 0.0,
+                    plan.slowdown_s if plan else 0.0,
+                    cost_source,
+                    predicted_s,
+                )
+                for cand, plan, predicted_s in zip(
+                    costs.candidates, plans_from, self.predicted_s_on, strict=True
+                )
+            ]
+            for plans_from in self.plan_table
+        ]
         self.index_of = {(a.train_gpus, a.rollout_gpus): i for i, a in enumerate(costs.candidates)}
         """Candidate index by (train, rollout) GPUs: a dict look-up, not pydantic equality."""
         self.resize_log = ResizeLog(first_only=not run.phase_rows)
         """One entry per resize; its phase rows, in RESIZE_FIELDS order, as columns at `finish`."""
+        self.decision_log = DecisionLog()
+        """One entry per policy call, as the decisions table's columns at `finish`."""
 
     # -- shared pieces ---------------------------------------------------------------------
 
@@ -174,6 +168,10 @@ class PipelineCore:
         duration_s = self.rollout_s_on[self.current][batch]
         start_s = self.clock.now
         yield self.clock.timeout(duration_s)
+        self._rolled_out(batch, version, start_s, duration_s)
+
+    def _rolled_out(self, batch: int, version: int, start_s: float, duration_s: float) -> None:
+        """The records of a batch generated from `start_s` for `duration_s`."""
         self.records.rollout_intervals.add(start_s, start_s + duration_s)
         self.batch_rollout_s[batch] = duration_s
         self.batch_version[batch] = version
@@ -257,31 +255,37 @@ class PipelineCore:
             "rollout_batch_id": np.arange(n, dtype=np.int64),
             "rollout_weights_version": np.array(self.batch_version, dtype=np.int64),
         }
-        self.records.decisions = _columns(DECISION_FIELDS, self.records.decision_rows)
+        self.records.decisions = self.decision_log.columns(
+            DECISION_FIELDS,
+            policy=self.policy_name,
+            labels=self.labels,
+            cost_source=self.cost_source_value,
+            plans=self.plan_table,
+        )
+        self.decision_log = DecisionLog()  # the columns hold the calls now
         self.records.resizes = self.resize_log.columns(RESIZE_FIELDS)
         return self.records
 
-    def _prediction_template(self, current: Allocation, cand: Allocation) -> dict:
-        plan = None if cand == current else self.plans.between(current, cand)
-        return {
-            "allocation": cand,
-            "predicted_resize_critical_s": plan.critical_s if plan else 0.0,
-            "predicted_resize_background_s": plan.slowdown_s if plan else 0.0,
-            "cost_source": self.cost_source,
-        }
-
     def _observe(self, k: int) -> StepObservation:
         # The hot path: each prediction and the observation are `trusted_complete` written out
-        # in place (one call fewer per object per step), a prediction's dict a copy of the
-        # template plus the step time.
+        # in place (one call fewer per object per step), a prediction's dict built whole from
+        # its row (the key order a copy of a template plus the step time would give).
         fields = self.prediction_fields
-        templates = self.prediction_templates[self.current]
         candidates = []
-        for template, predicted_s in zip(templates, self.predicted_s_on, strict=True):
-            values = template.copy()
-            values["predicted_step_s"] = predicted_s[k]
+        for allocation, critical_s, background_s, source, predicted_s in self.prediction_rows[
+            self.current
+        ]:
             obj = _new(CandidatePrediction)
-            set_dict(obj, values)
+            set_dict(
+                obj,
+                {
+                    "allocation": allocation,
+                    "predicted_resize_critical_s": critical_s,
+                    "predicted_resize_background_s": background_s,
+                    "cost_source": source,
+                    "predicted_step_s": predicted_s[k],
+                },
+            )
             set_fields_set(obj, fields)
             set_extra(obj, None)
             set_private(obj, None)
@@ -304,7 +308,8 @@ class PipelineCore:
                 name: model_fields[name].get_default(call_default_factory=True)
                 for name in model_fields.keys() - values.keys()
             }
-        values.update(self.observation_defaults)
+        if self.observation_defaults:
+            values.update(self.observation_defaults)
         obs = _new(StepObservation)
         set_dict(obs, values)
         set_fields_set(obs, self.observation_fields)
@@ -321,26 +326,17 @@ class PipelineCore:
         obs = self._observe(k)
         decision: Decision = self.policy.decide(obs)
         self.last_decision = decision
-        wanted = decision.target if decision.is_resize else None
         target = None
-        if wanted is not None:
-            target = self._index(wanted)
+        if decision.kind is _RESIZE:  # `is_resize`, without the property's call
+            target = self._index(decision.target)  # type: ignore[arg-type]
             if target == self.current:
                 target = None
-        self.records.decision_rows.append(
-            (
-                k,
-                self.clock.now,
-                self.policy_name,
-                "hold" if target is None else "resize",
-                self.labels[self.current],
-                None if target is None else self.labels[target],
-                decision.reason,
-                self.cost_source_value,
-                None if target is None else self._plan_to(target).critical_s,
-                None if target is None else self.num_resizes,
-            )
-        )
+        log = self.decision_log
+        log.steps.append(k)
+        log.times_s.append(self.clock.now)
+        log.splits.append(self.current)
+        log.targets.append(-1 if target is None else target)
+        log.reasons.append(decision.reason)
         return target
 
     def _index(self, allocation: Allocation) -> int:
@@ -367,6 +363,14 @@ class PipelineCore:
 
     def _resize(self, k: int, target: int, drain_s: float | None):
         """Stall for the critical path (after a drain, in async mode) and switch the split."""
+        stall_s, plan, resize_id = self._start_resize(k, target, drain_s)
+        yield self.clock.timeout(stall_s)
+        self._end_resize(k, target, stall_s, plan, resize_id)
+
+    def _start_resize(
+        self, k: int, target: int, drain_s: float | None
+    ) -> tuple[float, ResizePlan, int]:
+        """A resize's record as it starts: its stall, plan and id."""
         resize_id = self.num_resizes
         self.num_resizes += 1
         start_s = self.clock.now
@@ -379,22 +383,15 @@ class PipelineCore:
             drain_s=drain_s,
         )
         offset_s = start_s if drain_s is None else start_s + drain_s
-        stall_s = (offset_s - start_s) + plan.critical_s
-        yield self.clock.timeout(stall_s)
+        return (offset_s - start_s) + plan.critical_s, plan, resize_id
+
+    def _end_resize(
+        self, k: int, target: int, stall_s: float, plan: ResizePlan, resize_id: int
+    ) -> None:
+        """Once the stall is over: the split switched, the background phases pending."""
         self.records.stall_s += stall_s
         self.measured_resize_s.append(stall_s)
         self.measured_resize_costs_s = tuple(self.measured_resize_s)
         self.current = target
         self.last_resize_step = k
-        self.pending = _PendingResize(
-            resize_id=resize_id,
-            floor_s=plan.background_tail_s,
-            slowdown_s=plan.slowdown_s,
-        )
-
-
-def _columns(names: tuple[str, ...], rows: list[tuple]) -> dict[str, list]:
-    """Row tuples as named columns (no columns when there are no rows); `rows` is emptied."""
-    columns = zip(names, zip(*rows, strict=True), strict=True) if rows else ()
-    rows.clear()  # the tuples go: a million of them are over 100 MB
-    return {name: list(column) for name, column in columns}
+        self.pending = _PendingResize(resize_id, plan.background_tail_s, plan.slowdown_s)

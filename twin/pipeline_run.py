@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from .step_costs import StepCosts
 if TYPE_CHECKING:
     from .sample_pipeline import SampleInputs
 
-__all__ = ["DECISION_FIELDS", "Intervals", "PipelineRecords", "PipelineRun"]
+__all__ = ["DECISION_FIELDS", "Clock", "Intervals", "PipelineRecords", "PipelineRun"]
 
 DECISION_FIELDS = (
     "step",
@@ -35,6 +35,16 @@ DECISION_FIELDS = (
     "predicted_resize_critical_s",
     "resize_id",
 )
+
+
+class Clock(Protocol):
+    """What the stages shared by every mode read of a simulated clock: the time, and a wait
+    to yield. SimPy's environment is one; `pipeline.StepClock` another."""
+
+    @property
+    def now(self) -> float: ...
+
+    def timeout(self, delay: float) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -93,10 +103,9 @@ class PipelineRecords:
     """Filled once, at the end of the run: numeric columns as arrays, the rest as lists."""
     resizes: dict[str, Any] = field(default_factory=dict)
     """Resize phase columns (`resize_log.ResizeLog.columns`), filled at the end of the run."""
-    decisions: dict[str, list] = field(default_factory=dict)
-    decision_rows: list[tuple] = field(default_factory=list)
-    """One tuple per policy call, in DECISION_FIELDS order; turned into `decisions` columns once,
-    at the end of the run, rather than appended to column by column at every boundary."""
+    decisions: dict[str, Any] = field(default_factory=dict)
+    """Columns of the policy calls in DECISION_FIELDS order (`decision_log.DecisionLog`),
+    filled at the end of the run."""
     rollout_intervals: Intervals = field(default_factory=Intervals)
     train_intervals: Intervals = field(default_factory=Intervals)
     stall_s: float = 0.0

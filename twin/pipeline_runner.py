@@ -18,7 +18,7 @@ def run_pipeline(run: PipelineRun) -> PipelineRecords:
     if run.samples is None and run.pipeline.mode is not PipelineMode.ASYNC:
         clock = StepClock()  # one process, nothing to interleave: no event queue
         lockstep = _Pipeline(run, clock=clock)
-        clock.run(lockstep.lockstep())
+        lockstep.lockstep_on(clock)
         return lockstep.finish()
     if run.samples is None:
         sim = _Pipeline(run)

@@ -18,7 +18,21 @@ from dynaresize.traces.phases import PhaseName
 
 from .text_columns import coded_text
 
-__all__ = ["PhaseRow", "ResizeLog"]
+__all__ = ["RESIZE_FIELDS", "PhaseRow", "ResizeLog"]
+
+RESIZE_FIELDS = (
+    "resize_id",
+    "step",
+    "phase",
+    "strategy",
+    "from_allocation",
+    "to_allocation",
+    "start_s",
+    "end_s",
+    "critical",
+    "bytes_moved",
+)
+"""The columns of a resize phase row, in the order the pipeline writes them."""
 
 PhaseRow = tuple[str, float, float, bool, int]
 """One phase of a plan: (phase name, start and end after the resize starts, critical, bytes)."""

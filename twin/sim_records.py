@@ -80,11 +80,14 @@ def _steps_frame(records: PipelineRecords, stats: pd.DataFrame) -> pd.DataFrame:
     index = np.asarray(steps["step"])
     for column in stats.columns:
         cols[column] = stats[column].to_numpy()[index]
-    return pd.DataFrame({name: cols[name] for name in STEP_COLUMNS})
+    return _columns_frame({name: cols[name] for name in STEP_COLUMNS})
 
 
-def _nullable_ints(values: list | np.ndarray) -> pd.api.extensions.ExtensionArray:
-    """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference."""
+def _nullable_ints(values: list | np.ndarray | Any) -> pd.api.extensions.ExtensionArray:
+    """A pandas Int64 column from a list of ints and Nones, without pandas' per-item inference
+    (one already built, as the decision log builds its resize ids, as it is)."""
+    if isinstance(values, pd.arrays.IntegerArray):
+        return values
     count = len(values)
     missing = np.fromiter((v is None for v in values), dtype=bool, count=count)
     data = np.fromiter((0 if v is None else v for v in values), dtype=np.int64, count=count)
@@ -105,7 +108,15 @@ def _frame(
             data[name] = columns[name]
         else:  # a field the twin does not record: nulls, as a column of None objects
             data[name] = pd.Series(np.full(rows, None, dtype=object), dtype=object)
-    return pd.DataFrame(data)
+    return _columns_frame(data)
+
+
+def _columns_frame(columns: dict[str, Any]) -> pd.DataFrame:
+    """A table of columns built for it (no one else holds them): each column kept as given,
+    not copied into one two-dimensional block per dtype as pandas does by default; at a
+    million steps those copies cost seconds and, while they are made, the memory of a second
+    table. The values and dtypes are the same."""
+    return pd.DataFrame(columns, copy=False)
 
 
 def _samples_frame(records: PipelineRecords, workload: Workload) -> pd.DataFrame | None:

@@ -132,11 +132,22 @@ def _resizes_and_thrash(resizes: pd.DataFrame, thrash_window_steps: int) -> tupl
     the first phase row of each resize: a resize's phases share its step and splits)."""
     if resizes.empty:
         return 0, 0
-    _, first = np.unique(resizes["resize_id"].to_numpy(), return_index=True)
+    first = _first_rows(np.asarray(resizes["resize_id"].to_numpy()))
+    # The first rows taken before the text columns become Python strings: a run that resizes
+    # at every step has millions of phase rows and a few per resize.
     undone = _undone(
         resizes["step"].to_numpy()[first],
-        resizes["from_allocation"].to_numpy()[first],
-        resizes["to_allocation"].to_numpy()[first],
+        resizes["from_allocation"].array.take(first).to_numpy(),
+        resizes["to_allocation"].array.take(first).to_numpy(),
         thrash_window_steps,
     )
     return len(first), undone
+
+
+def _first_rows(ids: np.ndarray) -> np.ndarray:
+    """Where each id first occurs, by increasing id (`np.unique`'s `return_index`): where a
+    run's phase table has its rows in the order of the resizes, the places where the id
+    changes, found without sorting them."""
+    if len(ids) and np.all(ids[1:] >= ids[:-1]):
+        return np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
+    return np.unique(ids, return_index=True)[1]

@@ -23,7 +23,7 @@ else:
     pd = LazyModule("pandas")
     pa = LazyModule("pyarrow")
 
-__all__ = ["coded_text"]
+__all__ = ["coded_text", "plain_text"]
 
 
 def coded_text(labels: Sequence[str], codes: np.ndarray) -> pd.api.extensions.ExtensionArray:
@@ -33,3 +33,10 @@ def coded_text(labels: Sequence[str], codes: np.ndarray) -> pd.api.extensions.Ex
     index = pa.array(codes, mask=missing) if missing.any() else pa.array(codes)
     gathered = pa.array(list(labels), type=pa.large_string()).take(index)
     return pd.array(gathered, dtype=pd.StringDtype("pyarrow", na_value=np.nan))
+
+
+def plain_text(values: Sequence[str]) -> pd.api.extensions.ExtensionArray:
+    """Strings that rarely repeat (a policy's reasons) as the same pandas text column, built
+    by Arrow from the list at once rather than by pandas' inference row by row."""
+    converted = pa.array(values, type=pa.large_string())
+    return pd.array(converted, dtype=pd.StringDtype("pyarrow", na_value=np.nan))

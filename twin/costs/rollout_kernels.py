@@ -23,14 +23,14 @@ DYNARESIZE_NO_NUMBA=1 asks for numpy whatever the size.
 from __future__ import annotations
 
 import heapq
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
 
-NO_NUMBA_ENV = "DYNARESIZE_NO_NUMBA"
+from dynaresize.traces.numba_switch import NO_NUMBA_ENV as NO_NUMBA_ENV
+from dynaresize.traces.numba_switch import numba_disabled as numba_disabled
 
 
 class KernelBackend(str, Enum):
@@ -52,11 +52,6 @@ NUMBA_MIN_SAMPLES = 250_000
 calls a context on four candidates), so a context or two repay numba's load."""
 _loaded_kernel: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 """The numba kernel once this process has loaded it."""
-
-
-def numba_disabled() -> bool:
-    """Whether DYNARESIZE_NO_NUMBA asks every compiled path of the twin to run in numpy/Python."""
-    return os.environ.get(NO_NUMBA_ENV, "").strip() not in ("", "0")
 
 
 def default_backend(num_samples: int | None = None) -> KernelBackend:
