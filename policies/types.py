@@ -14,7 +14,7 @@ from typing import Annotated, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .trusted import set_dict, set_extra, set_fields_set, set_private
+from .trusted import trusted_complete
 
 MEASURED_COSTS_WINDOW = 64
 """Default of how many of the most recent measured costs an observation carries (resizes, and a
@@ -258,7 +258,6 @@ _HOLD = DecisionKind.HOLD
 _RESIZE = DecisionKind.RESIZE
 """The kinds as module constants: a member read from the enum class costs several times a
 global's read, and decisions are made at every step boundary."""
-_new = object.__new__
 
 
 class LendAction(BaseModel):
@@ -303,14 +302,9 @@ class Decision(BaseModel):
     def hold(cls, reason: str = "", *, lend: LendAction | None = None) -> Decision:
         if lend is None and type(reason) is str:
             # The common answer, valid by construction: built as validation would build it
-            # (a policy answers at every step boundary of every run of a sweep), as
-            # `trusted_complete` builds it, written out.
-            decision = _new(cls)
-            set_dict(decision, {"kind": _HOLD, "target": None, "reason": reason, "lend": None})
-            set_fields_set(decision, _HOLD_FIELDS_SET)
-            set_extra(decision, None)
-            set_private(decision, None)
-            return decision
+            # (a policy answers at every step boundary of every run of a sweep).
+            values = {"kind": _HOLD, "target": None, "reason": reason, "lend": None}
+            return trusted_complete(cls, values, _HOLD_FIELDS_SET)
         return cls(kind=DecisionKind.HOLD, reason=reason, lend=lend)
 
     @classmethod
@@ -320,12 +314,8 @@ class Decision(BaseModel):
         if lend is None and type(target) is Allocation and type(reason) is str:
             # Valid by construction, as `hold`: validation would keep the allocation instance
             # as given and check only that a resize has a target, which it has.
-            decision = _new(cls)
-            set_dict(decision, {"kind": _RESIZE, "target": target, "reason": reason, "lend": None})
-            set_fields_set(decision, _RESIZE_FIELDS_SET)
-            set_extra(decision, None)
-            set_private(decision, None)
-            return decision
+            values = {"kind": _RESIZE, "target": target, "reason": reason, "lend": None}
+            return trusted_complete(cls, values, _RESIZE_FIELDS_SET)
         if lend is None:
             return cls(kind=DecisionKind.RESIZE, target=target, reason=reason)
         return cls(kind=DecisionKind.RESIZE, target=target, reason=reason, lend=lend)

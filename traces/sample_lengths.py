@@ -242,11 +242,9 @@ def _read_blocks(
     prompt = np.empty(total, dtype=np.int64)
     response = np.empty(total, dtype=np.int64)
     order_keys: list[tuple[np.ndarray, np.ndarray]] = []
-    run_ids: list[np.ndarray] = []
-    run_counts: list[np.ndarray] = []
+    runs = _OrderedRuns()
     orphans = OrphanSamples()
     filled, first_row = 0, 0
-    last: tuple[int, int] | None = None
     for batch in parquet.iter_batches(batch_size=SAMPLE_BLOCK_ROWS):
         block = pa.Table.from_batches([batch])
         rows, step, (_, index, p, r) = _kept_columns(
@@ -264,18 +262,11 @@ def _read_blocks(
         filled += n
         if keep_keys:
             order_keys.append((step, index))
-            continue
-        if not _in_order(step, index, last):
+        elif not runs.add(step, index):
             return None
-        last = (int(step[-1]), int(index[-1]))
-        ids, counts = _runs(step)
-        run_ids.append(ids)
-        run_counts.append(counts)
     prompt, response = prompt[:filled], response[:filled]
     if not keep_keys:
-        ids = np.concatenate(run_ids) if run_ids else np.zeros(0, np.int64)
-        counts = np.concatenate(run_counts) if run_counts else np.zeros(0, np.int64)
-        ids, counts = _merge_runs(ids, counts)
+        ids, counts = runs.merged()
         return SampleLengths(ids, counts, prompt, response), orphans
     return _sorted_lengths(order_keys, prompt, response), orphans
 
@@ -292,9 +283,7 @@ def _stream_runs(
     read does) and keep the run of samples of each step: (steps, counts). None when the file
     cannot be streamed as it is: a block out of (step, sample_index) order, a row lenient
     reading drops, a sample of a step not in `step_ids` (the held read then handles it)."""
-    run_ids: list[np.ndarray] = []
-    run_counts: list[np.ndarray] = []
-    last: tuple[int, int] | None = None
+    runs = _OrderedRuns()
     first_row = 0
     dropped: list[SkippedRow] = []
     for batch in parquet.iter_batches(batch_size=SAMPLE_BLOCK_ROWS):
@@ -305,17 +294,34 @@ def _stream_runs(
         first_row += block.num_rows
         if dropped or len(step) < block.num_rows or not np.isin(step, step_ids).all():
             return None
-        if not len(step):
-            continue
-        if not _in_order(step, index, last):
+        if len(step) and not runs.add(step, index):
             return None
-        last = (int(step[-1]), int(index[-1]))
+    return runs.merged()
+
+
+class _OrderedRuns:
+    """The (step, count) runs of the non-empty blocks of a file read in order; `add` answers
+    False at the first block out of (step, sample_index) order."""
+
+    def __init__(self) -> None:
+        self.ids: list[np.ndarray] = []
+        self.counts: list[np.ndarray] = []
+        self.last: tuple[int, int] | None = None
+
+    def add(self, step: np.ndarray, index: np.ndarray) -> bool:
+        if not _in_order(step, index, self.last):
+            return False
+        self.last = (int(step[-1]), int(index[-1]))
         ids, counts = _runs(step)
-        run_ids.append(ids)
-        run_counts.append(counts)
-    ids = np.concatenate(run_ids) if run_ids else np.zeros(0, np.int64)
-    counts = np.concatenate(run_counts) if run_counts else np.zeros(0, np.int64)
-    return _merge_runs(ids, counts)
+        self.ids.append(ids)
+        self.counts.append(counts)
+        return True
+
+    def merged(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every block's runs, a step split across blocks joined into one run."""
+        ids = np.concatenate(self.ids) if self.ids else np.zeros(0, np.int64)
+        counts = np.concatenate(self.counts) if self.counts else np.zeros(0, np.int64)
+        return _merge_runs(ids, counts)
 
 
 def _note_orphans(

@@ -180,32 +180,28 @@ def step_costs_by_block(
                 block_sink(first, block)
             yield first, block
 
+    blocks: Iterable[tuple[int, Workload]]
     if isinstance(held, WorkloadStream):
         # Reading and decoding a block (pyarrow) lets go of the interpreter too: the next block
         # is read while this one is costed.
-        parts = [
-            block_costs(config, costs, block, starts_run=first == 0)
-            for first, block in seen(produced_ahead(held.blocks(CONTEXT_BLOCK_SAMPLES)))
-        ]
+        blocks = produced_ahead(held.blocks(CONTEXT_BLOCK_SAMPLES))
     elif held is not None:
-        parts = [
-            block_costs(config, costs, block, starts_run=first == 0)
-            for first, block in seen(held_blocks(held, CONTEXT_BLOCK_SAMPLES))
-        ]
+        blocks = held_blocks(held, CONTEXT_BLOCK_SAMPLES)
     else:
-        blocks = workload_blocks(
-            config.workload,
-            config.simulation.num_steps,
-            seed,
-            block_samples=CONTEXT_BLOCK_SAMPLES,
-        )
         # Costing a block (the rollout kernels, sorting) lets go of the interpreter for most
         # of its work: the next block is drawn meanwhile, on a thread of its own (one more
         # block in memory).
-        parts = [
-            block_costs(config, costs, block, starts_run=first == 0)
-            for first, block in seen(produced_ahead(blocks))
-        ]
+        blocks = produced_ahead(
+            workload_blocks(
+                config.workload,
+                config.simulation.num_steps,
+                seed,
+                block_samples=CONTEXT_BLOCK_SAMPLES,
+            )
+        )
+    parts = [
+        block_costs(config, costs, block, starts_run=first == 0) for first, block in seen(blocks)
+    ]
     rollout = np.concatenate([p.rollout_s for p in parts]) if len(parts) > 1 else parts[0].rollout_s
     train = np.concatenate([p.train_s for p in parts]) if len(parts) > 1 else parts[0].train_s
     tokens = np.concatenate([p.tokens for p in parts]) if len(parts) > 1 else parts[0].tokens

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from ..worker.collectives import CollectivePath, PathChoice, TrainerCollectives, choose_path
+from ..worker.shards import ShardLayout
+from .trainer_ranks import spawn_ranks
 
 
 @dataclass(frozen=True)
@@ -52,10 +53,6 @@ def rank_vector(rank: int, numel: int) -> torch.Tensor:
     return torch.randn(numel, generator=generator, dtype=torch.float32)
 
 
-def chunk_numel(numel: int, num_ranks: int) -> int:
-    return -(-numel // num_ranks)
-
-
 def _timed(call, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
@@ -79,7 +76,7 @@ def _rank_main(rank: int, num_ranks: int, folder: str, job: ExchangeJob) -> None
     )
     try:
         group = dist.group.WORLD
-        size = chunk_numel(job.numel, num_ranks)
+        size = ShardLayout(numel=job.numel, num_ranks=num_ranks).padded_shard_numel
         padded_numel = size * num_ranks
         choice = choose_path(["one-gpu"] * num_ranks, device_type="cuda")
         ipc = TrainerCollectives(choice, group, rank=rank, staging_numel=padded_numel)
@@ -119,25 +116,7 @@ def _rank_main(rank: int, num_ranks: int, folder: str, job: ExchangeJob) -> None
 
 def run_exchange(job: ExchangeJob, num_ranks: int) -> list[RankExchange]:
     """Every rank's results, in rank order (the ranks run in spawned processes on cuda:0)."""
-    context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="dynaresize-exchange-") as folder:
-        procs = [
-            context.Process(target=_rank_main, args=(r, num_ranks, folder, job))
-            for r in range(num_ranks)
-        ]
-        for proc in procs:
-            proc.start()
-        deadline = time.monotonic() + job.timeout_s
-        for proc in procs:
-            proc.join(timeout=max(deadline - time.monotonic(), 1.0))
-        failed = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode != 0]
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        if failed:
-            raise RuntimeError(f"exchange ranks failed (rank, exit code): {failed}")
-        return [
-            torch.load(os.path.join(folder, f"rank{r}.pt"), weights_only=False)
-            for r in range(num_ranks)
-        ]
+        return spawn_ranks(
+            _rank_main, job, num_ranks, folder=folder, timeout_s=job.timeout_s, what="exchange"
+        )

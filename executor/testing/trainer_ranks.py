@@ -13,7 +13,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -154,34 +156,50 @@ class GroupResult:
 
 def run_group(job: GroupJob, num_ranks: int) -> GroupResult:
     """Run `job` on `num_ranks` fresh processes and collect their slices."""
-    context = mp.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="dynaresize-ranks-") as folder:
         if num_ranks == 1:  # one rank needs no group: run it here
             threads = torch.get_num_threads()
             _rank_main(0, 1, folder, job)
             torch.set_num_threads(threads)
             return _collect([torch.load(os.path.join(folder, "rank0.pt"), weights_only=False)])
-        procs = [
-            context.Process(target=_rank_main, args=(r, num_ranks, folder, job))
-            for r in range(num_ranks)
-        ]
-        for proc in procs:
-            proc.start()
-        deadline = time.monotonic() + job.timeout_s
-        for proc in procs:
-            proc.join(timeout=max(deadline - time.monotonic(), 1.0))
-        failed = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode != 0]
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        if failed:
-            raise RuntimeError(f"trainer ranks failed (rank, exit code): {failed}")
-        results = [
-            torch.load(os.path.join(folder, f"rank{r}.pt"), weights_only=False)
-            for r in range(num_ranks)
-        ]
+        results = spawn_ranks(
+            _rank_main, job, num_ranks, folder=folder, timeout_s=job.timeout_s, what="trainer"
+        )
     return _collect(results)
+
+
+def spawn_ranks(
+    main: Callable[[int, int, str, Any], None],
+    job: Any,
+    num_ranks: int,
+    *,
+    folder: str,
+    timeout_s: float,
+    what: str,
+) -> list[Any]:
+    """Run `main(rank, num_ranks, folder, job)` in `num_ranks` spawned processes and load what
+    each saved as `folder/rank<r>.pt`, in rank order; ranks still running at `timeout_s` are
+    killed, and any rank's failure raises naming the ranks and exit codes."""
+    context = mp.get_context("spawn")
+    procs = [
+        context.Process(target=main, args=(r, num_ranks, folder, job)) for r in range(num_ranks)
+    ]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        proc.join(timeout=max(deadline - time.monotonic(), 1.0))
+    failed = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode != 0]
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+    if failed:
+        raise RuntimeError(f"{what} ranks failed (rank, exit code): {failed}")
+    return [
+        torch.load(os.path.join(folder, f"rank{r}.pt"), weights_only=False)
+        for r in range(num_ranks)
+    ]
 
 
 def _collect(results: list) -> GroupResult:

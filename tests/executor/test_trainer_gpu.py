@@ -16,14 +16,10 @@ import torch
 from dynaresize.executor.config import LiveConfig
 from dynaresize.executor.rl.model import build_model
 from dynaresize.executor.rl.model_spec import QWEN2_VOCAB_SIZE, ModelSpec
-from dynaresize.executor.testing.exchange_ranks import (
-    ExchangeJob,
-    chunk_numel,
-    rank_vector,
-    run_exchange,
-)
+from dynaresize.executor.testing.exchange_ranks import ExchangeJob, rank_vector, run_exchange
 from dynaresize.executor.testing.trainer_ranks import GroupJob, run_group, single_trainer
 from dynaresize.executor.worker.collectives import CollectivePath
+from dynaresize.executor.worker.shards import ShardLayout
 from dynaresize.executor.worker.trainer import TrainerRole
 from tests.host_reference_trainer import HostReferenceTrainer
 from tests.trainer_samples import synthetic_batch
@@ -121,23 +117,25 @@ def test_the_cuda_update_equals_the_host_reference() -> None:
         assert _relative_error(shard.moments[key], expected[key]) < BOUND, key
 
 
-def test_a_resize_between_one_and_two_trainers_on_one_gpu_keeps_the_bound() -> None:
-    def job(batches, **fields) -> GroupJob:
-        return GroupJob(
-            model=_spec("float32"),
-            settings=LIVE.optimizer,
-            objective=LIVE.objective,
-            batches=batches,
-            micro_batch_samples=LIVE.micro_batch_samples,
-            device="cuda",
-            **fields,
-        )
+def _cuda_job(batches, **fields) -> GroupJob:
+    """A trainer group on the GPU (float32, so that paths and splits compare within BOUND)."""
+    return GroupJob(
+        model=_spec("float32"),
+        settings=LIVE.optimizer,
+        objective=LIVE.objective,
+        batches=batches,
+        micro_batch_samples=LIVE.micro_batch_samples,
+        device="cuda",
+        **fields,
+    )
 
-    unresized = run_group(job(BATCHES), 1)
-    first = run_group(job(BATCHES[:1]), 1)
+
+def test_a_resize_between_one_and_two_trainers_on_one_gpu_keeps_the_bound() -> None:
+    unresized = run_group(_cuda_job(BATCHES), 1)
+    first = run_group(_cuda_job(BATCHES[:1]), 1)
     # two ranks on one GPU: the ipc path, moments through the deferred reload
-    middle = run_group(job(BATCHES[1:2], start=first.state, start_step=1), 2)
-    last = run_group(job(BATCHES[2:], start=middle.state, start_step=2), 1)
+    middle = run_group(_cuda_job(BATCHES[1:2], start=first.state, start_step=1), 2)
+    last = run_group(_cuda_job(BATCHES[2:], start=middle.state, start_step=2), 1)
     assert last.optimizer_step == unresized.optimizer_step == len(BATCHES)
     for key in ("master", "exp_avg", "exp_avg_sq"):
         assert _relative_error(last.state[key], unresized.state[key]) < BOUND, key
@@ -151,7 +149,7 @@ def test_trainers_on_one_gpu_reduce_through_ipc_to_the_rank_order_sum(num_ranks)
     expected = rank_vector(0, numel)
     for peer in range(1, num_ranks):
         expected = expected + rank_vector(peer, numel)  # the ipc path's order: rank 0, 1, ...
-    size = chunk_numel(numel, num_ranks)
+    size = ShardLayout(numel=numel, num_ranks=num_ranks).padded_shard_numel
     gathered = torch.arange(1, num_ranks + 1, dtype=torch.float32).repeat_interleave(size)
     for rank in ranks:
         assert rank.ipc_reduced is not None and rank.host_reduced is not None
@@ -163,19 +161,8 @@ def test_trainers_on_one_gpu_reduce_through_ipc_to_the_rank_order_sum(num_ranks)
 
 @pytest.mark.parametrize("num_ranks", [2, 3])
 def test_the_ipc_path_trains_as_the_host_path_does(num_ranks) -> None:
-    def job(path: CollectivePath | None) -> GroupJob:
-        return GroupJob(
-            model=_spec("float32"),
-            settings=LIVE.optimizer,
-            objective=LIVE.objective,
-            batches=BATCHES,
-            micro_batch_samples=LIVE.micro_batch_samples,
-            device="cuda",
-            path=path,
-        )
-
-    ipc = run_group(job(None), num_ranks)  # the trainer's own choice on one GPU: ipc
-    host = run_group(job(CollectivePath.HOST), num_ranks)
+    ipc = run_group(_cuda_job(BATCHES), num_ranks)  # the trainer's own choice on one GPU: ipc
+    host = run_group(_cuda_job(BATCHES, path=CollectivePath.HOST), num_ranks)
     assert ipc.optimizer_step == host.optimizer_step == len(BATCHES)
     for key in ("master", "exp_avg", "exp_avg_sq"):
         assert _relative_error(ipc.state[key], host.state[key]) < BOUND, key
